@@ -27,7 +27,7 @@
  *               hold that transaction's COMMIT-BACKUP record.
  * Options: --transfers N, --accounts N (per machine), --bank-seconds S
  * (deadline), --torn-seconds S, --torn-reads N, --broken, --broken_room,
- * --broken_pace, --only NAME,
+ * --broken_pace, --dead_pace, --broken_dead_pace, --only NAME,
  * --epoch-every N (bank iterations per machine between epoch ends).
  */
 #include "txproc.h"
@@ -948,11 +948,17 @@ static void test_durability(void **state)
  * Re-READs of the freed word that find nothing freed are paced (log.c):
  * --broken_pace holds a deferred one when it is due, as a pacing that lost
  * it would: the commit short of room then never ends (its sync wait gives
- * up, FARM_EUNKNOWN), until the switch is let go. */
+ * up, FARM_EUNKNOWN), until the switch is let go. --dead_pace: the
+ * doorbell dropped and every paced READ failing to send, as to a replica
+ * that died while the commit waited: the commit must still end, -ENOSPC
+ * once its wait for room is out (its next try runs in the configuration
+ * without the dead machine); --broken_dead_pace keeps such a READ
+ * deferred, as before: the commit then never ends (FARM_EUNKNOWN). */
 #define ROOM_SIZE    2048u
 #define ROOM_COMMITS 800u /* about 1.7 MiB of records: 6 laps of 256 KiB */
 
-static bool opt_broken_room, opt_broken_pace;
+static bool opt_broken_room, opt_broken_pace, opt_dead_pace,
+        opt_broken_dead_pace;
 #define PACE_SYNC_NS 3000000000ull /* --broken_pace: a commit's sync wait */
 
 struct room_result {
@@ -1004,9 +1010,11 @@ static int room_role(struct tx_child *c)
 		(void)farm_loop_wait(c->np.loop, &never, 5000000000ull);
 		return np_wait_cmd(&c->np) == 'Q' ? 0 : 74;
 	}
-	farm_txn_testing_no_room_bell(opt_broken_room);
+	bool dead = opt_dead_pace || opt_broken_dead_pace;
+	farm_txn_testing_no_room_bell(opt_broken_room || dead);
 	farm_txn_testing_hold_paced(opt_broken_pace);
-	if (opt_broken_pace)
+	farm_txn_testing_fail_paced(dead, opt_broken_dead_pace);
+	if (opt_broken_pace || dead)
 		farm_txm_set_sync_timeout(c->txm, PACE_SYNC_NS);
 	struct room_result r = {0};
 	int st = room_commits(c, mine, &r);
@@ -1015,6 +1023,7 @@ static int room_role(struct tx_child *c)
 	/* Let go: the held READ goes, and the commit that waited on it
 	 * ends before the machine leaves. */
 	farm_txn_testing_hold_paced(false);
+	farm_txn_testing_fail_paced(false, false);
 	uint64_t t0 = np_now_ns();
 	while (farm_txm_commits_out(c->txm) && np_now_ns() - t0 < PACE_SYNC_NS)
 		(void)farm_loop_poll(c->np.loop);
@@ -1041,12 +1050,12 @@ static void test_room(void **state)
 	np_finish(&G, st);
 	for (unsigned i = 0; i < NM; i++)
 		assert_int_equal(st[i], 0);
-	if (opt_broken_pace) {
+	if (opt_broken_pace || opt_broken_dead_pace) {
 		/* The commit whose paced READ was held never ended. */
 		assert_int_equal(r.rc, FARM_EUNKNOWN);
 		return;
 	}
-	if (opt_broken_room) {
+	if (opt_broken_room || opt_dead_pace) {
 		/* Without the doorbell the commit short of room waits out
 		 * SPACE_WAIT_NS on replicas that sleep for seconds. */
 		assert_int_equal(r.rc, -ENOSPC);
@@ -1067,6 +1076,10 @@ static bool parse_flag(const char *a)
 		opt_broken_room = true;
 	else if (!strcmp(a, "--broken_pace"))
 		opt_broken_pace = true;
+	else if (!strcmp(a, "--dead_pace"))
+		opt_dead_pace = true;
+	else if (!strcmp(a, "--broken_dead_pace"))
+		opt_broken_dead_pace = true;
 	else
 		return false;
 	return true;
@@ -1118,7 +1131,8 @@ static bool settle_modes(void)
 	/* --broken and the durability test need the testing switches of
 	 * txn_testing.h, compiled only with fault injection. */
 	if (!farm_fault_built()) {
-		if (opt_broken || opt_broken_room || opt_broken_pace) {
+		if (opt_broken || opt_broken_room || opt_broken_pace ||
+		    opt_dead_pace || opt_broken_dead_pace) {
 			printf("skipped: --broken needs fault injection "
 			       "(FARM_FAULT_INJECTION=OFF)\n");
 			return false;
@@ -1131,7 +1145,8 @@ static bool settle_modes(void)
 		opt_accounts = 4;
 		opt_transfers = 2000;
 	}
-	if (opt_broken_room || opt_broken_pace)
+	if (opt_broken_room || opt_broken_pace || opt_dead_pace ||
+	    opt_broken_dead_pace)
 		opt_only = "room";
 	if (opt_accounts < 2)
 		opt_accounts = 2;

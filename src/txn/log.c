@@ -362,6 +362,24 @@ static bool paced_held(void)
 {
 	return atomic_load_explicit(&testing_hold_paced, memory_order_relaxed);
 }
+
+static _Atomic bool testing_fail_paced, testing_keep_failed;
+
+void farm_txn_testing_fail_paced(bool fail, bool keep)
+{
+	atomic_store(&testing_keep_failed, keep);
+	atomic_store(&testing_fail_paced, fail);
+}
+
+static bool paced_fails(void)
+{
+	return atomic_load_explicit(&testing_fail_paced, memory_order_relaxed);
+}
+
+static bool failed_kept(void)
+{
+	return atomic_load_explicit(&testing_keep_failed, memory_order_relaxed);
+}
 #else
 static bool room_bell(void)
 {
@@ -369,6 +387,16 @@ static bool room_bell(void)
 }
 
 static bool paced_held(void)
+{
+	return false;
+}
+
+static bool paced_fails(void)
+{
+	return false;
+}
+
+static bool failed_kept(void)
 {
 	return false;
 }
@@ -447,6 +475,8 @@ void farm_txn_refresh_freed(struct txloop *tl, uint32_t mach)
 	(void)send_freed_read(tl, mach);
 }
 
+static void retry_room_waiters(struct txloop *tl);
+
 int farm_txn_pace_reads(struct txloop *tl)
 {
 	if (FARM_LIKELY(!tl->npaced))
@@ -454,27 +484,41 @@ int farm_txn_pace_reads(struct txloop *tl)
 	uint64_t now = farm_now_ns(), next = 0;
 	unsigned left = tl->npaced;
 	int sent = 0;
+	bool failed = false;
 	for (uint32_t i = 0; i < tl->m->M && left; i++) {
 		struct writer *w = &tl->w[i];
 		if (!w->read_at)
 			continue;
 		left--;
 		if (now >= w->read_at && !paced_held()) {
-			if (send_freed_read(tl, i)) {
-				w->read_at = 0;
-				tl->npaced--;
-				sent = 1;
+			bool ok = !paced_fails() && send_freed_read(tl, i);
+			if (!ok && failed_kept()) { /* testing: as before */
+				w->read_at = now + PACE_MIN_NS;
+				next = next ? FARM_MIN(next, w->read_at)
+				            : w->read_at;
 				continue;
 			}
-			/* No memory for it now: a commit waits on this READ,
-			 * so it stays deferred, never dropped. */
-			w->read_at = now + PACE_MIN_NS;
+			w->read_at = 0;
+			tl->npaced--;
+			sent |= ok;
+			/* Not sent (the peer dead, no memory): no completion
+			 * will retry the commits waiting on it, and only a
+			 * retry checks their deadline, so they go again now
+			 * and, short of room still, each pass until it
+			 * passes (farm_txn_tx_reserve). Kept deferred, they
+			 * waited for good on a READ that could never go. */
+			if (!ok)
+				w->read_ok_at = 0;
+			failed |= !ok;
+			continue;
 		}
 		if (!next || w->read_at < next)
 			next = w->read_at;
 	}
 	if (next)
 		farm_loop_wake_by(tl->loop, next);
+	if (failed)
+		retry_room_waiters(tl);
 	return sent;
 }
 
@@ -525,11 +569,20 @@ static void freed_read_done(farm_loop *loop, void *ctx, int status)
 	pace_next(w, status, moved);
 	arena_put(&tl->ar, c->buf, c->len);
 	free(c);
-	/* Transactions waiting for room try again; each that still finds
-	 * none says so again (farm_txn_tx_reserve). A scan of the slot
-	 * table per completion cost a fifth of a loaded run's CPU with none
-	 * waiting, and 13% of a partitioned TATP run's with some: only the
-	 * waiting ones' slots are looked at. */
+	retry_room_waiters(tl);
+	if (!tl->nroom && !tl->room_all) { /* no commit waits: no pace */
+		w->pace_ns = 0;
+		w->read_ok_at = 0;
+	}
+}
+
+/* Transactions waiting for room try again; each that still finds none
+ * says so again (farm_txn_tx_reserve). A scan of the slot table per
+ * completion cost a fifth of a loaded run's CPU with none waiting, and
+ * 13% of a partitioned TATP run's with some: only the waiting ones' slots
+ * are looked at. */
+static void retry_room_waiters(struct txloop *tl)
+{
 	unsigned n = tl->nroom;
 	bool all = tl->room_all;
 	uint32_t slot[ROOM_WAITS];
@@ -540,10 +593,6 @@ static void freed_read_done(farm_loop *loop, void *ctx, int status)
 		farm_tx *tx = tl->slots[all ? i : slot[i]];
 		if (tx && tx->ph == PH_RESERVE)
 			farm_txn_tx_reserve(tx);
-	}
-	if (!tl->nroom && !tl->room_all) { /* no commit waits: no pace */
-		w->pace_ns = 0;
-		w->read_ok_at = 0;
 	}
 }
 

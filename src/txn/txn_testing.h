@@ -144,6 +144,11 @@ void farm_txn_testing_no_room_bell(bool on);
  * farm_txn_pace_reads) is not sent when due: the commit short of room
  * waits for it (test_txn_multi --broken_pace). */
 void farm_txn_testing_hold_paced(bool on);
+/* Process-wide: while @fail is on, a paced freed-word READ fails to send
+ * when due, as to a dead replica; with @keep too it stays deferred, as
+ * before such a failure retried the commits waiting on it (they then
+ * waited for good: test_txn_multi --dead_pace, --broken_dead_pace). */
+void farm_txn_testing_fail_paced(bool fail, bool keep);
 #else
 static inline void farm_txn_testing_crash_after_backup(bool on)
 {
@@ -188,6 +193,11 @@ static inline void farm_txn_testing_no_room_bell(bool on)
 static inline void farm_txn_testing_hold_paced(bool on)
 {
 	(void)on;
+}
+static inline void farm_txn_testing_fail_paced(bool fail, bool keep)
+{
+	(void)fail;
+	(void)keep;
 }
 #endif
 
