@@ -160,6 +160,12 @@ if [ $mode = continuous ]; then
 	[ "$grow" = 1 ] && args+=(--grow)
 	[ "$grow" = no ] && args+=(--no-grow)
 	[ -n "$full_every" ] && args+=(--full-every "$full_every")
+	# A machine that stops answering the campaign (nodeproc.c's bound)
+	# has its threads' stacks printed into the log, when gdb is here: a
+	# stall is rare and load-dependent, so the one run that shows it must
+	# say where the machine waited.
+	command -v gdb >/dev/null 2>&1 &&
+		export FARM_TEST_STALL_STACKS=${FARM_TEST_STALL_STACKS-1}
 	# The cycle lines as they come; the whole output in the log.
 	timeout -k 10 "$timeout_s" "$bin" "${args[@]}" 2>&1 | tee "$log" |
 		grep --line-buffered -E '^\[[0-9]+/[0-9]+\] '

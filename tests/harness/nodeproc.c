@@ -40,6 +40,11 @@ void np_spawn_one(struct np_cluster *cl, uint32_t i, np_entry_fn entry,
 		if (np_other != cl)
 			np_close_pipes(np_other);
 		prctl(PR_SET_PDEATHSIG, SIGKILL);
+		/* np_dump_stacks's gdb is this process's sibling, which
+		 * Yama's ptrace_scope 1 refuses unless this process allows
+		 * it (EINVAL without Yama: nothing to allow). */
+		if (getenv("FARM_TEST_STALL_STACKS"))
+			(void)prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY);
 		/* cmocka's handlers would run the parent's tests in this
 		 * process. */
 		const int sigs[] = {SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGABRT};
@@ -93,6 +98,22 @@ void np_start(struct np_cluster *cl, const char *tag, np_entry_fn entry,
  */
 #define NP_MIN_WAIT_MS 20000
 
+/* FARM_TEST_STALL_STACKS=1: a machine that did not answer within its
+ * bound has every thread's stack printed (gdb, attached from here)
+ * before the test fails, so that a stall says where it waited. */
+static void np_dump_stacks(pid_t pid)
+{
+	if (!getenv("FARM_TEST_STALL_STACKS") || pid <= 0)
+		return;
+	char cmd[160];
+	snprintf(cmd, sizeof(cmd),
+	         "gdb -p %d -batch -ex 'thread apply all bt' 1>&2 2>/dev/null",
+	         (int)pid);
+	fflush(NULL);
+	if (system(cmd) != 0)
+		fprintf(stderr, "np: no stacks of process %d\n", (int)pid);
+}
+
 void np_recv(struct np_cluster *cl, unsigned i, void *buf, size_t len, int ms)
 {
 	if (ms < NP_MIN_WAIT_MS)
@@ -105,8 +126,10 @@ void np_recv(struct np_cluster *cl, unsigned i, void *buf, size_t len, int ms)
 		int r = poll(&pf, 1, left);
 		if (r < 0 && errno == EINTR)
 			continue;
-		if (r == 0)
+		if (r == 0) {
+			np_dump_stacks(cl->pid[i]);
 			fail_msg("machine %u: nothing within %d ms", i, ms);
+		}
 		ssize_t n = read(cl->from[i], p, len);
 		if (n < 0 && errno == EINTR)
 			continue;
