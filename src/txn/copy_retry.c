@@ -227,6 +227,15 @@ static void stuck_say(struct dr_reg *g, bool local, uint64_t now)
 	g->stuck_unsaid = 0;
 }
 
+/* A stuck streak over: nothing waits, nothing said. */
+static void stuck_reset(struct dr_reg *g)
+{
+	g->stuck_n = 0;
+	g->stuck_at = 0;
+	g->stuck_said = 0;
+	g->stuck_unsaid = 0;
+}
+
 void farm_txn_dr_stuck(struct farm_datarec *dr, struct dr_reg *g, uint64_t off,
                        bool local, uint64_t now)
 {
@@ -249,10 +258,7 @@ void farm_txn_dr_stuck(struct farm_datarec *dr, struct dr_reg *g, uint64_t off,
 		          "on from the primary",
 		          g->id, off, secs(now - g->stuck_t0), g->stuck_n);
 		g->remote = true;
-		g->stuck_n = 0;
-		g->stuck_at = 0;
-		g->stuck_said = 0;
-		g->stuck_unsaid = 0;
+		stuck_reset(g);
 		return;
 	}
 	if (g->stuck_n <= DR_STUCK_FAST ||
@@ -271,10 +277,7 @@ void farm_txn_dr_stuck_settled(struct dr_reg *g, uint64_t now)
 		          " reads over %.1f s; the copy goes on",
 		          g->id, g->stuck_off, g->stuck_n,
 		          secs(now - g->stuck_t0));
-	g->stuck_n = 0;
-	g->stuck_at = 0;
-	g->stuck_said = 0;
-	g->stuck_unsaid = 0;
+	stuck_reset(g);
 }
 
 uint64_t farm_txn_testing_datarec_stuck_bound(uint64_t ns)

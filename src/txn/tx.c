@@ -26,7 +26,7 @@ int farm_tx_begin(farm_txm *m, farm_loop *loop, farm_tx **out)
 	/* A removed machine commits nothing and reads nothing it may serve:
 	 * a final error, where a retryable one would keep an application
 	 * retrying (and its commits failing) for as long as it runs. */
-	if (txn_removed(m) && !FARM_FAULT_SWITCH(FARM_FP_REMOVED_LOUD))
+	if (txn_fenced(m))
 		return FARM_EFENCED;
 	uint64_t seq = 0;
 	unsigned i;

@@ -152,14 +152,19 @@ static inline bool txn_removed(farm_txm *m)
 	return atomic_load_explicit(&m->removed, memory_order_relaxed);
 }
 
+/* Whether its transactions and reads fail FARM_EFENCED: removed, unless
+ * testing the old, retryable answers (FARM_FP_REMOVED_LOUD). */
+static inline bool txn_fenced(farm_txm *m)
+{
+	return txn_removed(m) && !FARM_FAULT_SWITCH(FARM_FP_REMOVED_LOUD);
+}
+
 /* The error of a read this machine may not serve: FARM_EFENCED once it
  * knows it was removed (final: retrying cannot help), else FARM_ELEASE
  * (retryable: the lease may be renewed). */
 static inline int txn_not_serving(farm_txm *m)
 {
-	return txn_removed(m) && !FARM_FAULT_SWITCH(FARM_FP_REMOVED_LOUD)
-	               ? FARM_EFENCED
-	               : FARM_ELEASE;
+	return txn_fenced(m) ? FARM_EFENCED : FARM_ELEASE;
 }
 
 enum {

@@ -8,6 +8,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "util/common.h"
+
 static atomic_int log_level = -1;
 static atomic_int log_time = -1; /* $FARM_LOG_TIME set: 1 */
 static _Atomic uint64_t log_lines;
@@ -24,10 +26,7 @@ void farm_log_held(char *buf, unsigned size, uint64_t n)
 
 bool farm_log_limit_pass(struct farm_log_limit *l, uint64_t *suppressed)
 {
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	uint64_t now =
-	        (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+	uint64_t now = farm_now_ns();
 	/* Relaxed: a counter and a deadline, nothing published with them;
 	 * the CAS alone picks the one thread that writes the line. */
 	uint64_t next = atomic_load_explicit(&l->next_ns, memory_order_relaxed);
