@@ -20,6 +20,7 @@
 #include "alloc/alloc_int.h"
 #include "util/fault.h"
 #include "util/mem.h"
+#include "brokenarg.h"
 
 /* ---- a region provider ------------------------------------------------ */
 
@@ -1651,12 +1652,6 @@ static void test_retire_threads(void **state)
 
 static bool broken_holes; /* --broken-holes: FARM_FP_ALLOC_HOLES_SKIP */
 
-static void hook_none(enum farm_fault_point fp, void *arg)
-{
-	(void)fp;
-	(void)arg;
-}
-
 /* A file of @size bytes, zero, already unlinked (a tmpfs one where there
  * is: what a restart reads), mapped shared at *@base. */
 static int region_file(uint64_t size, char **base)
@@ -1832,7 +1827,8 @@ int main(int argc, char **argv)
 			return FARM_TEST_SKIP;
 		}
 		broken_holes = true;
-		if (farm_fault_set(FARM_FP_ALLOC_HOLES_SKIP, hook_none, NULL))
+		if (farm_fault_set(FARM_FP_ALLOC_HOLES_SKIP, tu_switch_on,
+		                   NULL))
 			return 1;
 		const struct CMUnitTest one[] = {
 		        cmocka_unit_test(test_rebuild_fd),

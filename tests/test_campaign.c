@@ -128,6 +128,7 @@
 #include "kv/kv.h"
 #include "node/restart.h"
 #include "txn/txn_testing.h"
+#include "brokenarg.h"
 
 #define CP_NM0       5 /* machines in the cluster */
 #define CP_ZK        3 /* ZooKeeper servers */
@@ -1028,14 +1029,9 @@ static void cp_slow_replace(enum farm_fault_point fp, void *arg)
 	                      memory_order_relaxed);
 }
 
-/* --hold-end: the hooks of CP_HOLD's two switch points; the first end
- * of recovery it refuses unhooks both (one round held). */
-static void cp_hold_decide(enum farm_fault_point fp, void *arg)
-{
-	(void)fp;
-	(void)arg;
-}
-
+/* --hold-end: FARM_FP_REC_DECIDE_LATE is a plain switch; this is the
+ * hook of CP_HOLD's other point, and the first end of recovery it
+ * refuses unhooks both (one round held). */
 static void cp_hold_done(enum farm_fault_point fp, void *arg)
 {
 	(void)fp;
@@ -1059,7 +1055,7 @@ static int cp_hold_set(void)
 	if (!opt_broken_handoff)
 		return farm_fault_set(FARM_FP_REC_EMPTY_LATE, cp_hold_empty,
 		                      NULL);
-	return farm_fault_set(FARM_FP_REC_DECIDE_LATE, cp_hold_decide, NULL) ||
+	return farm_fault_set(FARM_FP_REC_DECIDE_LATE, tu_switch_on, NULL) ||
 	       farm_fault_set(FARM_FP_REC_DONE_LATE, cp_hold_done, NULL);
 }
 
@@ -3360,13 +3356,6 @@ static void usage(FILE *out)
 	        "every\n  chunk, with no check pass (a cycle must fail).\n");
 }
 
-/* The hook of a switch point (FARM_FAULT_SWITCH): set is enough. */
-static void prev_ring(enum farm_fault_point fp, void *arg)
-{
-	(void)fp;
-	(void)arg;
-}
-
 /* A number option's value: 0, or -1 with the error said. */
 static int num_arg(const char *arg, unsigned lo, unsigned hi, const char *what,
                    unsigned *out)
@@ -3388,7 +3377,7 @@ static int proof_switch(const char *name, int fp, bool *flag)
 {
 	if (!farm_fault_built() ||
 	    (fp >= 0 &&
-	     farm_fault_set((enum farm_fault_point)fp, prev_ring, NULL))) {
+	     farm_fault_set((enum farm_fault_point)fp, tu_switch_on, NULL))) {
 		printf("skipped: %s needs fault injection\n", name);
 		return FARM_TEST_SKIP;
 	}
@@ -3403,7 +3392,7 @@ static int take_switch(int o)
 	switch (o) {
 	case 'p':
 		if (!farm_fault_built() ||
-		    farm_fault_set(FARM_FP_REC_PREV_RING, prev_ring, NULL)) {
+		    farm_fault_set(FARM_FP_REC_PREV_RING, tu_switch_on, NULL)) {
 			fprintf(stderr, "test_campaign: --prev-ring needs "
 			                "fault injection\n");
 			return 2;

@@ -145,6 +145,7 @@
 #include "coord/membership.h"
 #include "node/restart_int.h"
 #include "txn/txn_testing.h"
+#include "brokenarg.h"
 
 #define DR_BYTES   1024u
 #define DR_US      2000u
@@ -511,12 +512,6 @@ out:
 		farm_node_loop_close(c.np.node, c.np.loop);
 	farm_node_close(c.np.node);
 	return st;
-}
-
-static void no_late(enum farm_fault_point fp, void *arg)
-{
-	(void)fp;
-	(void)arg;
 }
 
 /* --grow-gap: set (in memory every machine shares, mapped before they
@@ -1742,7 +1737,7 @@ static int grow_crash_step(const char *step)
 	return -1;
 }
 
-/* The proofs that hook one fault point (with no_late) and run one case:
+/* The proofs that hook one fault point (with tu_switch_on) and run one case:
  * a test-only switch the case's checks must notice. */
 struct dr_proof {
 	const char *arg;
@@ -1810,7 +1805,7 @@ static int dr_arg_grow_gap(int argc, char **argv, int *pick)
 	if (argc > 2 && !strcmp(argv[2], "--broken")) {
 		/* A test-only switch: the old primary's new copy opened by
 		 * data recovery, after the pause. */
-		(void)farm_fault_set(FARM_FP_AS_DEMOTED_OPEN_LATE, no_late,
+		(void)farm_fault_set(FARM_FP_AS_DEMOTED_OPEN_LATE, tu_switch_on,
 		                     NULL);
 		opt_broken = true;
 		dr_grow_broken = "the old primary's new copy was opened after "
@@ -1836,7 +1831,7 @@ static int dr_arg_grow_crash(int argc, char **argv, int *pick)
 		/* A test-only switch: no demoted copy is a source
 		 * (grow_kill's proof); a grower that dies once the handoff
 		 * began must leave a region short. */
-		(void)farm_fault_set(FARM_FP_AS_NO_DEMOTED_SOURCE, no_late,
+		(void)farm_fault_set(FARM_FP_AS_NO_DEMOTED_SOURCE, tu_switch_on,
 		                     NULL);
 		opt_broken = true;
 		dr_grow_broken = "no demoted copy was a source for data "
@@ -1870,14 +1865,14 @@ static int dr_arg_copy_modes(int argc, char **argv, int *pick)
 		farm_txn_testing_datarec_no_check(true);
 		if (broken)
 			(void)farm_fault_set(FARM_FP_DATAREC_STALE_EQUAL,
-			                     no_late, NULL);
+			                     tu_switch_on, NULL);
 		*pick = 2; /* rejoin */
 	} else {
 		dr_check_repair = true;
 		farm_txn_testing_datarec_skip_first(true);
 		if (broken)
 			(void)farm_fault_set(FARM_FP_DATAREC_DIGEST_EQUAL,
-			                     no_late, NULL);
+			                     tu_switch_on, NULL);
 	}
 	opt_broken |= broken;
 	return 0;
@@ -1893,7 +1888,7 @@ static int dr_args(int argc, char **argv, int *pick)
 	const char *a = argv[1];
 	for (size_t i = 0; i < sizeof(dr_proofs) / sizeof(dr_proofs[0]); i++)
 		if (!strcmp(a, dr_proofs[i].arg)) {
-			if (farm_fault_set(dr_proofs[i].fp, no_late, NULL))
+			if (farm_fault_set(dr_proofs[i].fp, tu_switch_on, NULL))
 				return dr_skip(a);
 			opt_broken = true;
 			if (dr_proofs[i].what)

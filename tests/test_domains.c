@@ -62,16 +62,11 @@
 #include "addrspace/ring.h"
 #include "util/config.h"
 #include "util/fault.h"
+#include "brokenarg.h"
 
 #define NIDS 200000u
 
 static bool opt_broken;
-
-static void no_domains(enum farm_fault_point fp, void *arg)
-{
-	(void)fp;
-	(void)arg;
-}
 
 /* A cluster: machine i has id ids[i] and domain dom[i] (0: none). */
 struct cl {
@@ -1432,7 +1427,8 @@ int main(int argc, char **argv)
 	size_t n = FARM_ARRAY_SIZE(tests);
 	if (argc > 1 && !strcmp(argv[1], "--broken")) {
 		/* A test-only switch: placement ignores domains. */
-		if (farm_fault_set(FARM_FP_RING_NO_DOMAINS, no_domains, NULL)) {
+		if (farm_fault_set(FARM_FP_RING_NO_DOMAINS, tu_switch_on,
+		                   NULL)) {
 			printf("skipped: built without fault injection\n");
 			return FARM_TEST_SKIP;
 		}

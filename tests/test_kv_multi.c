@@ -53,6 +53,7 @@
 #include <inttypes.h>
 #include "kv/kv.h"
 #include "util/fault.h"
+#include "brokenarg.h"
 
 #define NM            NP_NM
 #define RSIZE         "32M"
@@ -64,15 +65,10 @@
 
 static double opt_secs = 3;
 static unsigned opt_w = 3;
+/* opt_broken_owner (--broken-owner): the owners answer gets from values they
+ * answered before (FARM_FP_KV_OWNER_STALE), never revalidated. */
 static bool opt_broken, opt_cut, opt_broken_owner;
 
-/* --broken-owner: the owners answer gets from values they answered
- * before (FARM_FP_KV_OWNER_STALE), never revalidated. */
-static void owner_stale_hook(enum farm_fault_point fp, void *arg)
-{
-	(void)fp;
-	(void)arg;
-}
 /* --cut: the first error may come the fabric's death bound
  * (FARM_OFI_TIMEOUT_MS, default 4000) after the cut, plus the heartbeat
  * period (a quarter of the bound) and 1 s of scheduling on a loaded host.
@@ -377,7 +373,7 @@ static int kv_role(struct ch *c)
 		return 21;
 	L.kv = c->kv;
 	if (opt_broken_owner &&
-	    (farm_fault_set(FARM_FP_KV_OWNER_STALE, owner_stale_hook, NULL) ||
+	    (farm_fault_set(FARM_FP_KV_OWNER_STALE, tu_switch_on, NULL) ||
 	     farm_kv_set_lookup(c->kv, FARM_KV_LOOKUP_OWNER)))
 		return 24;
 	struct lin_until u = {.dl = np_now_ns() + (uint64_t)(opt_secs * 1e9)};

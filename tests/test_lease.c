@@ -54,6 +54,7 @@
 #include "coord/membership.h"
 #include "recovery/lease.h"
 #include "testutil.h"
+#include "brokenarg.h"
 
 /* Long enough that no healthy lease lapses on a loaded host: at load
  * 12-16 on 2 cores, lease threads here went up to 15 ms without running
@@ -784,16 +785,10 @@ static void test_held(void **state)
 	trio_close(&t);
 }
 
-static void noop_hook(enum farm_fault_point fp, void *arg)
-{
-	(void)fp;
-	(void)arg;
-}
-
 int main(int argc, char **argv)
 {
 	if (argc == 2 && !strcmp(argv[1], "--broken-dead")) {
-		if (farm_fault_set(FARM_FP_LEASE_PROBE_WAIT_DEAD, noop_hook,
+		if (farm_fault_set(FARM_FP_LEASE_PROBE_WAIT_DEAD, tu_switch_on,
 		                   NULL)) {
 			printf("skip: built without fault injection\n");
 			return FARM_TEST_SKIP;

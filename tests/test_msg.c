@@ -13,6 +13,7 @@
 
 #include "fabric/udp_testing.h"
 #include "msg/msg_testing.h"
+#include "brokenarg.h"
 
 #define T_ECHO  1
 #define T_COUNT 2
@@ -1238,16 +1239,10 @@ static void test_connect_timeout(void **state)
 }
 
 /* argv[1], if given: run only the tests it names (a cmocka pattern). */
-static void no_end(enum farm_fault_point fp, void *arg)
-{
-	(void)fp;
-	(void)arg;
-}
-
 int main(int argc, char **argv)
 {
 	if (argc > 1 && !strcmp(argv[1], "--broken-removed")) {
-		if (farm_fault_set(FARM_FP_MSG_CALL_REMOVED_WAIT, no_end,
+		if (farm_fault_set(FARM_FP_MSG_CALL_REMOVED_WAIT, tu_switch_on,
 		                   NULL)) {
 			printf("skipped: built without fault injection\n");
 			return FARM_TEST_SKIP;

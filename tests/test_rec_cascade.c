@@ -64,6 +64,7 @@
 #include <signal.h>
 
 #include "recovery/recovery.h"
+#include "brokenarg.h"
 
 #define RESUME_MS 5000 /* after SIGCONT the stopped machine stops within */
 #define NLOCAL    5    /* its lock-free reads of its own accounts then */
@@ -345,12 +346,6 @@ static void test_early(void **state)
 	cascade(0, 2, 1, "cascade_early");
 }
 
-static void no_end_grace(enum farm_fault_point fp, void *arg)
-{
-	(void)fp;
-	(void)arg;
-}
-
 int main(int argc, char **argv)
 {
 	const struct CMUnitTest all[] = {
@@ -376,7 +371,7 @@ int main(int argc, char **argv)
 	}
 	/* Inherited by the machines (forked). */
 	if (opt_broken &&
-	    farm_fault_set(FARM_FP_LEASE_CM_GRACE, no_end_grace, NULL)) {
+	    farm_fault_set(FARM_FP_LEASE_CM_GRACE, tu_switch_on, NULL)) {
 		printf("skipped: built without fault injection\n");
 		return FARM_TEST_SKIP;
 	}

@@ -35,6 +35,7 @@
 #include "recbank.h"
 
 #include "addrspace/addrspace.h"
+#include "brokenarg.h"
 
 static const char *const zone[NP_NM] = {"zone-a", "zone-a", "zone-b", "zone-b",
                                         "zone-c"};
@@ -263,12 +264,6 @@ static void test_kill_zone_a(void **state)
 	kill_zone("zone-a", "kill_zone_a");
 }
 
-static void no_domains(enum farm_fault_point fp, void *arg)
-{
-	(void)fp;
-	(void)arg;
-}
-
 int main(int argc, char **argv)
 {
 	const struct CMUnitTest tests[] = {
@@ -278,7 +273,8 @@ int main(int argc, char **argv)
 	size_t n = sizeof(tests) / sizeof(tests[0]);
 	if (argc > 1 && !strcmp(argv[1], "--broken")) {
 		/* Inherited by the machines (forked). */
-		if (farm_fault_set(FARM_FP_RING_NO_DOMAINS, no_domains, NULL)) {
+		if (farm_fault_set(FARM_FP_RING_NO_DOMAINS, tu_switch_on,
+		                   NULL)) {
 			printf("skipped: built without fault injection\n");
 			return FARM_TEST_SKIP;
 		}

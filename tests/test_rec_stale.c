@@ -39,6 +39,7 @@
 #include "txn/txm.h"
 #include "txn/txn_testing.h"
 #include "util/fault.h"
+#include "brokenarg.h"
 
 #define RSIZE (16ull << 20)
 
@@ -299,13 +300,6 @@ static uint8_t read_ver(unsigned m, farm_gaddr a, uint64_t *version)
 	return v;
 }
 
-/* FARM_FP_REC_DECIDE_REINSTALL's hook: a switch, nothing to do. */
-static void reinstall_on(enum farm_fault_point fp, void *arg)
-{
-	(void)fp;
-	(void)arg;
-}
-
 /* The scenario of decided_after_primary; returns how many of the
  * survivors' reads of the two objects found anything but the newer
  * commit's value and version. */
@@ -335,7 +329,7 @@ static unsigned decided_after_primary(bool broken)
 		base[m] = s0[m].rec_decided_unlocked;
 	if (broken)
 		assert_int_equal(farm_fault_set(FARM_FP_REC_DECIDE_REINSTALL,
-		                                reinstall_on, NULL),
+		                                tu_switch_on, NULL),
 		                 0);
 	remove_machine4(base);
 	for (unsigned i = 0; i < 1000; i++) /* anything more would show */

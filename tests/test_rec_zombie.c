@@ -48,6 +48,7 @@
 
 #include "recovery/recovery.h"
 #include "util/log.h"
+#include "brokenarg.h"
 
 #define ZOMBIE      3
 #define ZOMBIE_MS   5000 /* after SIGCONT it must have stopped within */
@@ -497,12 +498,6 @@ static void test_zombie(void **state)
 	rb_verdict(&res, broken_why() != NULL, broken_why());
 }
 
-static void switch_on(enum farm_fault_point fp, void *arg)
-{
-	(void)fp;
-	(void)arg;
-}
-
 int main(int argc, char **argv)
 {
 	const struct CMUnitTest tests[] = {
@@ -511,13 +506,13 @@ int main(int argc, char **argv)
 	if (argc > 1 && !strcmp(argv[1], "--broken")) {
 		opt_broken = true;
 		/* Inherited by the machines (forked). */
-		if (farm_fault_set(FARM_FP_NODE_NO_FENCE, switch_on, NULL)) {
+		if (farm_fault_set(FARM_FP_NODE_NO_FENCE, tu_switch_on, NULL)) {
 			printf("skipped: built without fault injection\n");
 			return FARM_TEST_SKIP;
 		}
 	} else if (argc > 1 && !strcmp(argv[1], "--broken-loud")) {
 		opt_loud = true;
-		if (farm_fault_set(FARM_FP_REMOVED_LOUD, switch_on, NULL)) {
+		if (farm_fault_set(FARM_FP_REMOVED_LOUD, tu_switch_on, NULL)) {
 			printf("skipped: built without fault injection\n");
 			return FARM_TEST_SKIP;
 		}

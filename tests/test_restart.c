@@ -75,6 +75,7 @@
 #include "txn/object.h"
 #include "replicas.h"
 #include "util/fault.h"
+#include "brokenarg.h"
 
 #ifndef FARM_SOURCE_DIR
 #error "FARM_SOURCE_DIR must name the source tree (for scripts/zk-local)"
@@ -263,12 +264,6 @@ static void slow_spin(enum farm_fault_point fp, void *arg)
 		;
 }
 
-static void no_replay(enum farm_fault_point fp, void *arg)
-{
-	(void)fp;
-	(void)arg;
-}
-
 static int check_role(struct tx_child *c)
 {
 	unsigned n = 0;
@@ -337,18 +332,18 @@ static int check_machine(struct np_child *np, void *arg)
 	if (st)
 		return st;
 	if (broken &&
-	    farm_fault_set(FARM_FP_RESTART_NO_REPLAY, no_replay, NULL))
+	    farm_fault_set(FARM_FP_RESTART_NO_REPLAY, tu_switch_on, NULL))
 		return 9;
 	if (broken_lost &&
-	    farm_fault_set(FARM_FP_RESTART_LOST_STRICT, no_replay, NULL))
+	    farm_fault_set(FARM_FP_RESTART_LOST_STRICT, tu_switch_on, NULL))
 		return 9;
 	if (broken_rings &&
-	    farm_fault_set(FARM_FP_RESTART_VIEW_RINGS, no_replay, NULL))
+	    farm_fault_set(FARM_FP_RESTART_VIEW_RINGS, tu_switch_on, NULL))
 		return 9;
 	if (slow && farm_fault_set(FARM_FP_RESTART_SLOW, slow_spin, NULL))
 		return 9;
 	if (broken_slow &&
-	    farm_fault_set(FARM_FP_RESTART_REALTIME, no_replay, NULL))
+	    farm_fault_set(FARM_FP_RESTART_REALTIME, tu_switch_on, NULL))
 		return 9;
 	return tx_child_run(&c, &cfg, RS_JOIN_MS, check_role);
 }
@@ -1608,12 +1603,6 @@ static void test_lost(void **state)
 	lost_verdict(&f, waited);
 }
 
-static void no_check(enum farm_fault_point fp, void *arg)
-{
-	(void)fp;
-	(void)arg;
-}
-
 static int teardown(void **state)
 {
 	(void)state;
@@ -1682,7 +1671,7 @@ static int rs_args(int argc, char **argv)
 	for (unsigned k = 0; k < RS_NOPTS; k++)
 		if (*rs_opts[k].flag && rs_opts[k].fp >= 0 &&
 		    farm_fault_set((enum farm_fault_point)rs_opts[k].fp,
-		                   no_check, NULL))
+		                   tu_switch_on, NULL))
 			return 1;
 	return 0;
 }

@@ -30,6 +30,7 @@
 #include "kv/kv.h"
 #include "util/common.h"
 #include "util/fault.h"
+#include "brokenarg.h"
 
 #define NM       NP_NM
 #define ASKER    2u
@@ -46,12 +47,6 @@
 
 static struct np_cluster G;
 static bool broken;
-
-static void hook(enum farm_fault_point fp, void *arg)
-{
-	(void)fp;
-	(void)arg;
-}
 
 struct ch {
 	struct np_child np;
@@ -163,7 +158,8 @@ static void run(struct ch *c, struct report *r)
 		r->step = 2;
 		return;
 	}
-	if (broken && farm_fault_set(FARM_FP_KV_SYNC_LATE_COPY, hook, NULL)) {
+	if (broken &&
+	    farm_fault_set(FARM_FP_KV_SYNC_LATE_COPY, tu_switch_on, NULL)) {
 		r->rc = -ENOTSUP;
 		r->step = 4;
 		return;

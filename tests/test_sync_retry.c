@@ -34,6 +34,7 @@
 #include "kv/kv.h"
 #include "util/common.h"
 #include "util/fault.h"
+#include "brokenarg.h"
 
 #define NM             NP_NM
 #define ASKER          2u
@@ -80,12 +81,6 @@ static void refuse_get_hook(enum farm_fault_point fp, void *arg)
 	                                     now + GET_REFUSE_MS * 1000000ull);
 	if (now >= atomic_load(&refuse_until))
 		(void)farm_fault_set(fp, NULL, NULL);
-}
-
-static void nop_hook(enum farm_fault_point fp, void *arg)
-{
-	(void)fp;
-	(void)arg;
 }
 
 struct ch {
@@ -200,7 +195,7 @@ static int asker_cmd(struct ch *c, int cmd)
 	struct report r;
 	memset(&r, 0, sizeof(r));
 	if ((broken || broken_get) &&
-	    farm_fault_set(FARM_FP_KV_SYNC_NO_RETRY, nop_hook, NULL))
+	    farm_fault_set(FARM_FP_KV_SYNC_NO_RETRY, tu_switch_on, NULL))
 		return 21;
 	if (cmd == 'P')
 		ask(c, &r);

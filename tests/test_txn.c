@@ -14,6 +14,7 @@
 #include "txn/txn_testing.h"
 #include "txn/txn_tx.h"
 #include "util/fault.h"
+#include "brokenarg.h"
 
 #include <inttypes.h>
 #include <stdlib.h>
@@ -952,7 +953,6 @@ static void test_restart_marks_pads(void **state)
  * (FARM_FP_TXLOG_SKIP_DATA: every ring taken for a hole) must see the
  * damaged record accepted (it passes when it does). */
 static bool broken_rings;
-static void nop_hook(enum farm_fault_point fp, void *arg);
 
 static void test_restart_check_file(void **state)
 {
@@ -981,9 +981,9 @@ static void test_restart_check_file(void **state)
 	struct stat st0, st1;
 	assert_int_equal(fstat(fd, &st0), 0);
 	if (broken_rings)
-		assert_int_equal(
-		        farm_fault_set(FARM_FP_TXLOG_SKIP_DATA, nop_hook, NULL),
-		        0);
+		assert_int_equal(farm_fault_set(FARM_FP_TXLOG_SKIP_DATA,
+		                                tu_switch_on, NULL),
+		                 0);
 	char err[256] = "";
 	assert_int_equal(
 	        farm_txlog_check_fd(fd, len, "t.log", err, sizeof(err)), 0);
@@ -1118,12 +1118,6 @@ static bool broken_moved;
 /* --broken-new: FARM_FP_TX_NEW_UNMARKED (test_new_uncommitted). */
 static bool broken_new;
 
-static void nop_hook(enum farm_fault_point fp, void *arg)
-{
-	(void)fp;
-	(void)arg;
-}
-
 static void test_alloc_moved(void **state)
 {
 	(void)state;
@@ -1133,7 +1127,7 @@ static void test_alloc_moved(void **state)
 	assert_int_equal(rd(tx, p.addr, 64, NULL), 0);
 	assert_int_equal(farm_tx_write(tx, p.addr, &w), 0);
 	memset(w, 0x42, 64);
-	int hrc = farm_fault_set(FARM_FP_TX_ALLOC_MOVED, nop_hook, NULL);
+	int hrc = farm_fault_set(FARM_FP_TX_ALLOC_MOVED, tu_switch_on, NULL);
 	if (hrc == -ENOTSUP) {
 		farm_tx_free(tx);
 		skip();
@@ -1141,7 +1135,7 @@ static void test_alloc_moved(void **state)
 	assert_int_equal(hrc, 0);
 	if (broken_moved)
 		assert_int_equal(farm_fault_set(FARM_FP_TX_ALLOC_MOVED_KEPT,
-		                                nop_hook, NULL),
+		                                tu_switch_on, NULL),
 		                 0);
 	struct res r = {0};
 	assert_int_equal(farm_tx_alloc(tx, 64, 0, alloc_cb, &r), 0);
@@ -1213,8 +1207,8 @@ static uint64_t abort_and_recheck(farm_tx *tx, const uint8_t *h, uint8_t *copy,
 static void test_new_uncommitted(void **state)
 {
 	(void)state;
-	if (broken_new &&
-	    farm_fault_set(FARM_FP_TX_NEW_UNMARKED, nop_hook, NULL) == -ENOTSUP)
+	if (broken_new && farm_fault_set(FARM_FP_TX_NEW_UNMARKED, tu_switch_on,
+	                                 NULL) == -ENOTSUP)
 		skip();
 	/* A slot freed once, so that the allocation below reuses it. */
 	farm_fatptr p = make_obj(1, 100, 7);
@@ -1365,9 +1359,9 @@ static void test_new_claimed(void **state)
 	if (farm_fault_set(FARM_FP_TX_ALLOC_CLAIMED, NULL, NULL) == -ENOTSUP)
 		skip();
 	if (broken_claim)
-		assert_int_equal(
-		        farm_fault_set(FARM_FP_TX_CLAIM_LATE, nop_hook, NULL),
-		        0);
+		assert_int_equal(farm_fault_set(FARM_FP_TX_CLAIM_LATE,
+		                                tu_switch_on, NULL),
+		                 0);
 	/* A slot freed once (a version past 0), which the allocation below
 	 * reuses: a copy applies an image only when newer than its own. */
 	farm_fatptr p = make_obj(1, 100, 7);
