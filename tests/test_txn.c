@@ -37,6 +37,36 @@ static int teardown(void **state)
 	return 0;
 }
 
+/* The stats snapshot is sized by the caller's struct: a caller built
+ * against an older, shorter struct gets only its bytes written; one
+ * built against a longer struct gets the fields unknown here zeroed. */
+static void test_stats_sized(void **state)
+{
+	(void)state;
+	struct {
+		farm_txm_stats s;
+		uint8_t tail[64];
+	} buf;
+	farm_txm_stats full;
+	make_obj(0, 64, 0x5a); /* at least one commit to count */
+	farm_txm_stats_get(C.m[0].txm, &full);
+	assert_true(full.commits > 0);
+
+	memset(&buf, 0xee, sizeof(buf));
+	size_t older = offsetof(farm_txm_stats, commits_single);
+	farm_txm_stats_read(C.m[0].txm, &buf.s, older);
+	assert_true(buf.s.commits >= full.commits);
+	const uint8_t *b = (const uint8_t *)&buf;
+	for (size_t i = older; i < sizeof(buf); i++)
+		assert_int_equal(b[i], 0xee);
+
+	memset(&buf, 0xee, sizeof(buf));
+	farm_txm_stats_read(C.m[0].txm, &buf.s, sizeof(buf));
+	assert_true(buf.s.commits >= full.commits);
+	for (size_t i = 0; i < sizeof(buf.tail); i++)
+		assert_int_equal(buf.tail[i], 0);
+}
+
 static void test_single_machine(void **state)
 {
 	(void)state;
@@ -1529,6 +1559,7 @@ int main(int argc, char **argv)
 	        cmocka_unit_test(test_participant_list),
 	        cmocka_unit_test(test_log_queues_on_demand),
 	        cmocka_unit_test(test_single_machine),
+	        cmocka_unit_test(test_stats_sized),
 	        cmocka_unit_test(test_distributed),
 	        cmocka_unit_test(test_three_primaries),
 	        cmocka_unit_test(test_many_reads),

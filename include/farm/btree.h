@@ -225,7 +225,15 @@ typedef struct farm_bt_stats {
 
 /* This handle's counters (approximate while loops run); with @bt NULL,
  * all zero. @out NULL is ignored. */
-FARM_API void farm_bt_stats_get(const farm_bt *bt, farm_bt_stats *out);
+/* @size: sizeof(*@out) as the caller was compiled, which the inline
+ * farm_bt_stats_get passes. The struct only grows at its end: the
+ * library fills the fields both know and zeroes any it does not. */
+FARM_API void farm_bt_stats_read(const farm_bt *bt, farm_bt_stats *out,
+                                 size_t size);
+static inline void farm_bt_stats_get(const farm_bt *bt, farm_bt_stats *out)
+{
+	farm_bt_stats_read(bt, out, sizeof(*out));
+}
 
 #ifdef __cplusplus
 }

@@ -348,7 +348,15 @@ typedef struct farm_kv_stats {
 } farm_kv_stats;
 
 /* The counters (approximate while loops run). */
-FARM_API void farm_kv_stats_get(const farm_kv *kv, farm_kv_stats *out);
+/* @size: sizeof(*@out) as the caller was compiled, which the inline
+ * farm_kv_stats_get passes. The struct only grows at its end: the
+ * library fills the fields both know and zeroes any it does not. */
+FARM_API void farm_kv_stats_read(const farm_kv *kv, farm_kv_stats *out,
+                                 size_t size);
+static inline void farm_kv_stats_get(const farm_kv *kv, farm_kv_stats *out)
+{
+	farm_kv_stats_read(kv, out, sizeof(*out));
+}
 
 /*
  * The hashtable under the store, on this machine (its lookups, puts and

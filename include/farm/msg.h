@@ -426,8 +426,17 @@ typedef struct farm_msg_stats {
 
 /* Counters of one loop (read on its thread) or, with @loop NULL, the sum
  * over the loops of @msg (approximate while they run). */
-FARM_API void farm_msg_stats_get(const farm_msg *msg, const farm_loop *loop,
-                                 farm_msg_stats *out);
+/* @size: sizeof(*@out) as the caller was compiled, which the inline
+ * farm_msg_stats_get passes. The struct only grows at its end: the
+ * library fills the fields both know and zeroes any it does not. */
+FARM_API void farm_msg_stats_read(const farm_msg *msg, const farm_loop *loop,
+                                  farm_msg_stats *out, size_t size);
+static inline void farm_msg_stats_get(const farm_msg *msg,
+                                      const farm_loop *loop,
+                                      farm_msg_stats *out)
+{
+	farm_msg_stats_read(msg, loop, out, sizeof(*out));
+}
 
 #ifdef __cplusplus
 }

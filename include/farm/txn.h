@@ -391,7 +391,15 @@ typedef struct farm_txm_stats {
 	uint64_t datarec_stuck_reads;
 } farm_txm_stats;
 
-FARM_API void farm_txm_stats_get(farm_txm *m, farm_txm_stats *out);
+/* @size: sizeof(*@out) as the caller was compiled, which the inline
+ * farm_txm_stats_get passes. The struct only grows at its end: the
+ * library fills the fields both know and zeroes any it does not. */
+FARM_API void farm_txm_stats_read(farm_txm *m, farm_txm_stats *out,
+                                  size_t size);
+static inline void farm_txm_stats_get(farm_txm *m, farm_txm_stats *out)
+{
+	farm_txm_stats_read(m, out, sizeof(*out));
+}
 
 #ifdef __cplusplus
 }

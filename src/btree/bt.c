@@ -5,6 +5,7 @@
  * handle, and the counters.
  */
 #include "btree/bt_int.h"
+#include "util/stat.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -177,16 +178,17 @@ void farm_bt_attr_get(const farm_bt *bt, struct farm_bt_attr *out)
 	                             .inner_cap = bt->lay.inner_cap};
 }
 
-void farm_bt_stats_get(const farm_bt *bt, farm_bt_stats *out)
+void farm_bt_stats_read(const farm_bt *bt, farm_bt_stats *out, size_t size)
 {
 	if (!out)
 		return;
+	farm_bt_stats s = {0};
 	if (!bt) {
-		*out = (farm_bt_stats){0};
+		farm_stats_copy(out, size, &s, sizeof(s));
 		return;
 	}
 #define LD(f) atomic_load_explicit(&((farm_bt *)bt)->st.f, memory_order_relaxed)
-	*out = (farm_bt_stats){
+	s = (farm_bt_stats){
 	        .lookups = LD(lookups),
 	        .leaf_reads = LD(leaf_reads),
 	        .inner_reads = LD(inner_reads),
@@ -198,4 +200,5 @@ void farm_bt_stats_get(const farm_bt *bt, farm_bt_stats *out)
 	        .scan_leaves = LD(scan_leaves),
 	};
 #undef LD
+	farm_stats_copy(out, size, &s, sizeof(s));
 }

@@ -14,6 +14,7 @@
 #include "kv/kv_int.h"
 #include "util/common.h"
 #include "util/log.h"
+#include "util/stat.h"
 
 _Static_assert(FARM_KV_MAX_KEY == FARM_HT_MAX_KEY, "key limit");
 _Static_assert(FARM_KV_MAX_VALUE == FARM_HT_MAX_VALUE, "value limit");
@@ -139,25 +140,26 @@ uint32_t farm_kv_value_limit(const farm_kv *kv, uint32_t klen)
 	return kv ? farm_ht_max_value(kv->ht, klen) : 0;
 }
 
-void farm_kv_stats_get(const farm_kv *kv, farm_kv_stats *out)
+void farm_kv_stats_read(const farm_kv *kv, farm_kv_stats *out, size_t size)
 {
 	if (!kv || !out)
 		return;
 	uint64_t v[S_N];
 	for (int i = 0; i < S_N; i++)
 		v[i] = atomic_load_explicit(&kv->st[i], memory_order_relaxed);
-	*out = (farm_kv_stats){.mget_calls = v[S_CALLS],
-	                       .mget_keys = v[S_KEYS],
-	                       .mget_local = v[S_LOCAL],
-	                       .mget_first_hits = v[S_FIRST_HITS],
-	                       .mget_misses = v[S_MISSES],
-	                       .mget_msgs = v[S_MSGS],
-	                       .mget_spills = v[S_SPILLS],
-	                       .mget_fallbacks = v[S_FALLBACKS],
-	                       .mget_chased = v[S_CHASED],
-	                       .mget_served = v[S_SERVED],
-	                       .mget_served_keys = v[S_SERVED_KEYS],
-	                       .mget_bad = v[S_BAD]};
+	farm_kv_stats s = {.mget_calls = v[S_CALLS],
+	                   .mget_keys = v[S_KEYS],
+	                   .mget_local = v[S_LOCAL],
+	                   .mget_first_hits = v[S_FIRST_HITS],
+	                   .mget_misses = v[S_MISSES],
+	                   .mget_msgs = v[S_MSGS],
+	                   .mget_spills = v[S_SPILLS],
+	                   .mget_fallbacks = v[S_FALLBACKS],
+	                   .mget_chased = v[S_CHASED],
+	                   .mget_served = v[S_SERVED],
+	                   .mget_served_keys = v[S_SERVED_KEYS],
+	                   .mget_bad = v[S_BAD]};
+	farm_stats_copy(out, size, &s, sizeof(s));
 }
 
 int farm_kv_table_stats_get(const farm_kv *kv, farm_kv_table_stats *out)

@@ -21,6 +21,7 @@
 #include "util/log.h"
 #include "util/mem.h"
 #include "util/tsan.h"
+#include "util/stat.h"
 
 static void layout_init(struct layout *l, unsigned T, unsigned M, uint32_t R)
 {
@@ -392,8 +393,8 @@ int farm_msg_handle(farm_msg *msg, uint16_t type, farm_msg_handler_fn fn,
 	return rc;
 }
 
-void farm_msg_stats_get(const farm_msg *msg, const farm_loop *loop,
-                        farm_msg_stats *out)
+void farm_msg_stats_read(const farm_msg *msg, const farm_loop *loop,
+                         farm_msg_stats *out, size_t size)
 {
 	uint64_t v[S_REFUSED_CONFIG + 1] = {0};
 	if (loop) {
@@ -413,7 +414,9 @@ void farm_msg_stats_get(const farm_msg *msg, const farm_loop *loop,
 		}
 		pthread_mutex_unlock(&mm->lock);
 	}
-	memcpy(out, v, sizeof(v));
+	_Static_assert(sizeof(v) == sizeof(farm_msg_stats),
+	               "a counter for each field, in order");
+	farm_stats_copy(out, size, v, sizeof(v));
 }
 
 uint8_t *farm_msg_testing_ring(farm_msg *msg, unsigned r, uint32_t m,

@@ -16,6 +16,7 @@
 #include "util/fault.h"
 #include "util/log.h"
 #include "util/mem.h"
+#include "util/stat.h"
 
 #define DEFAULT_LOG   (1u << 20)
 #define DEFAULT_ARENA (64u << 20)
@@ -702,7 +703,7 @@ void farm_txm_detach(farm_txm *m, farm_loop *loop)
 	farm_epoch_thread_leave(loop);
 }
 
-void farm_txm_stats_get(farm_txm *m, farm_txm_stats *out)
+void farm_txm_stats_read(farm_txm *m, farm_txm_stats *out, size_t size)
 {
 	if (!m || !out)
 		return;
@@ -721,56 +722,56 @@ void farm_txm_stats_get(farm_txm *m, farm_txm_stats *out)
 		v[S_TX_READS] += atomic_load_explicit(&tl->c_tx_reads,
 		                                      memory_order_relaxed);
 	}
-	*out = (farm_txm_stats){
-	        .commits = v[S_COMMITS],
-	        .commits_single = v[S_COMMITS_SINGLE],
-	        .aborts_conflict = v[S_AB_CONFLICT],
-	        .aborts_validation = v[S_AB_VALIDATION],
-	        .aborts_failure = v[S_AB_FAILURE],
-	        .aborts_nospace = v[S_AB_NOSPACE],
-	        .aborts_freed = v[S_AB_FREED],
-	        .lf_reads = v[S_LF_READS],
-	        .lf_retries = v[S_LF_RETRIES],
-	        .tx_reads = v[S_TX_READS],
-	        .commit_writes = v[S_C_WRITES],
-	        .commit_reads = v[S_C_READS],
-	        .commit_msgs = v[S_C_MSGS],
-	        .log_full = v[S_LOG_FULL],
-	        .truncates = v[S_TRUNCATES],
-	        .locks_granted = v[S_LOCKS_OK],
-	        .locks_refused = v[S_LOCKS_REFUSED],
-	        .installs = v[S_INSTALLS],
-	        .backup_applies = v[S_BACKUP_APPLIES],
-	        .bad_records = v[S_BAD_RECORDS],
-	        .epochs = v[S_EPOCHS],
-	        .epochs_failed = v[S_EPOCHS_FAILED],
-	        .epoch_blocks_reclaimed = v[S_EPOCH_RECLAIMED],
-	        .stale_refused = v[S_STALE_REFUSED],
-	        .backup_skipped = v[S_BACKUP_SKIPPED],
-	        .backup_nocopy = v[S_BACKUP_NOCOPY],
-	        .rec_committed = v[S_REC_COMMITTED],
-	        .rec_aborted = v[S_REC_ABORTED],
-	        .rec_locks = v[S_REC_LOCKS],
-	        .rec_promoted = v[S_REC_PROMOTED],
-	        .rec_refused = v[S_REC_REFUSED],
-	        .rec_t_config_ns = atomic_load(&m->rec.t_config),
-	        .rec_t_go_ns = atomic_load(&m->rec.t_go),
-	        .rec_t_active_ns = atomic_load(&m->rec.t_active),
-	        .trunc_unfinished = v[S_TRUNC_UNFINISHED],
-	        .lock_waits_ended = v[S_LOCK_WAITS_ENDED],
-	        .free_failed = v[S_FREE_FAILED],
-	        .free_deferred = v[S_FREE_DEFERRED],
-	        .block_notes = v[S_BLOCK_NOTES],
-	        .block_note_errors = v[S_BLOCK_NOTE_ERRORS],
-	        .rec_decided_unlocked = v[S_REC_DEC_UNLOCKED]};
+	farm_txm_stats s = {.commits = v[S_COMMITS],
+	                    .commits_single = v[S_COMMITS_SINGLE],
+	                    .aborts_conflict = v[S_AB_CONFLICT],
+	                    .aborts_validation = v[S_AB_VALIDATION],
+	                    .aborts_failure = v[S_AB_FAILURE],
+	                    .aborts_nospace = v[S_AB_NOSPACE],
+	                    .aborts_freed = v[S_AB_FREED],
+	                    .lf_reads = v[S_LF_READS],
+	                    .lf_retries = v[S_LF_RETRIES],
+	                    .tx_reads = v[S_TX_READS],
+	                    .commit_writes = v[S_C_WRITES],
+	                    .commit_reads = v[S_C_READS],
+	                    .commit_msgs = v[S_C_MSGS],
+	                    .log_full = v[S_LOG_FULL],
+	                    .truncates = v[S_TRUNCATES],
+	                    .locks_granted = v[S_LOCKS_OK],
+	                    .locks_refused = v[S_LOCKS_REFUSED],
+	                    .installs = v[S_INSTALLS],
+	                    .backup_applies = v[S_BACKUP_APPLIES],
+	                    .bad_records = v[S_BAD_RECORDS],
+	                    .epochs = v[S_EPOCHS],
+	                    .epochs_failed = v[S_EPOCHS_FAILED],
+	                    .epoch_blocks_reclaimed = v[S_EPOCH_RECLAIMED],
+	                    .stale_refused = v[S_STALE_REFUSED],
+	                    .backup_skipped = v[S_BACKUP_SKIPPED],
+	                    .backup_nocopy = v[S_BACKUP_NOCOPY],
+	                    .rec_committed = v[S_REC_COMMITTED],
+	                    .rec_aborted = v[S_REC_ABORTED],
+	                    .rec_locks = v[S_REC_LOCKS],
+	                    .rec_promoted = v[S_REC_PROMOTED],
+	                    .rec_refused = v[S_REC_REFUSED],
+	                    .rec_t_config_ns = atomic_load(&m->rec.t_config),
+	                    .rec_t_go_ns = atomic_load(&m->rec.t_go),
+	                    .rec_t_active_ns = atomic_load(&m->rec.t_active),
+	                    .trunc_unfinished = v[S_TRUNC_UNFINISHED],
+	                    .lock_waits_ended = v[S_LOCK_WAITS_ENDED],
+	                    .free_failed = v[S_FREE_FAILED],
+	                    .free_deferred = v[S_FREE_DEFERRED],
+	                    .block_notes = v[S_BLOCK_NOTES],
+	                    .block_note_errors = v[S_BLOCK_NOTE_ERRORS],
+	                    .rec_decided_unlocked = v[S_REC_DEC_UNLOCKED]};
 	struct farm_galloc_stats gs;
 	farm_galloc_stats(m->ga, &gs);
-	out->rec_adopted = gs.adopted;
-	out->rec_adopt_failed = gs.adopt_failed;
-	out->rec_adopt_ns = gs.adopt_ns;
-	out->rec_adopt_max_ns = gs.adopt_max_ns;
-	out->deferred_lost = gs.deferred_lost;
-	farm_txn_datarec_sums(m, out);
+	s.rec_adopted = gs.adopted;
+	s.rec_adopt_failed = gs.adopt_failed;
+	s.rec_adopt_ns = gs.adopt_ns;
+	s.rec_adopt_max_ns = gs.adopt_max_ns;
+	s.deferred_lost = gs.deferred_lost;
+	farm_txn_datarec_sums(m, &s);
+	farm_stats_copy(out, size, &s, sizeof(s));
 }
 
 _Atomic uint64_t *farm_txm_serve_word(farm_txm *m)

@@ -23,6 +23,7 @@
 
 #include <stdatomic.h>
 #include <stdint.h>
+#include <string.h>
 
 static inline void farm_stat_add_u64_(_Atomic uint64_t *c, uint64_t n)
 {
@@ -63,5 +64,19 @@ static inline void farm_stat_add_owned_i64_(_Atomic int64_t *c, int64_t n)
 	_Generic((c),                                                       \
 	        _Atomic uint64_t *: farm_stat_add_owned_u64_,               \
 	        _Atomic int64_t *: farm_stat_add_owned_i64_)((c), (n))
+
+/* A public stats snapshot @src (@have bytes, this library's struct) into a
+ * caller's @out of @want bytes, the size the caller was compiled with (the
+ * public headers' inline *_stats_get pass sizeof): structs only grow at
+ * their end, so an older caller gets the fields it knows and a newer one
+ * zeros where this library has none. */
+static inline void farm_stats_copy(void *out, size_t want, const void *src,
+                                   size_t have)
+{
+	size_t n = want < have ? want : have;
+	memcpy(out, src, n);
+	if (want > n)
+		memset((char *)out + n, 0, want - n);
+}
 
 #endif
