@@ -547,65 +547,6 @@ static int ofi_address(const farm_fabric *fab, char *buf, size_t len)
 	return (int)n;
 }
 
-/* ---- memory ------------------------------------------------------------ */
-
-#define OFI_HUGE (2u << 20)
-
-static int ofi_mem_alloc(farm_fabric *fab, size_t size, unsigned flags,
-                         farm_mem **out)
-{
-	if (flags & FARM_MEM_REQUIRE_HUGE)
-		return -ENOTSUP; /* transparent huge pages are best effort */
-	size_t align = (flags & FARM_MEM_ALIGN_SIZE) ? size : 4096;
-	size_t len = (size + 4095) & ~(size_t)4095;
-	if (len < size || len + align < len)
-		return -ENOMEM;
-	size_t maplen = len + align;
-	uint8_t *map = mmap(NULL, maplen, PROT_READ | PROT_WRITE,
-	                    MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-	if (map == MAP_FAILED)
-		return -errno;
-	uintptr_t a = ((uintptr_t)map + align - 1) & ~(uintptr_t)(align - 1);
-	uint8_t *p = (uint8_t *)a;
-	if (len >= OFI_HUGE && !(flags & FARM_MEM_SPARSE))
-		madvise(p, len, MADV_HUGEPAGE);
-	/* Backed now unless sparse (FARM_MEM_SPARSE: on first write). */
-	if (!(flags & FARM_MEM_SPARSE))
-#ifdef MADV_POPULATE_WRITE
-		if (madvise(p, len, MADV_POPULATE_WRITE))
-#endif
-			for (size_t k = 0; k < len; k += 4096)
-				((volatile uint8_t *)p)[k] = 0;
-	struct ofi_mem *m = calloc(1, sizeof(*m));
-	if (!m) {
-		munmap(map, maplen);
-		return -ENOMEM;
-	}
-	m->base.fab = fab;
-	m->base.addr = p;
-	m->base.size = size;
-	m->base.huge = false;
-	m->map = map;
-	m->maplen = maplen;
-	*out = &m->base;
-	return 0;
-}
-
-static void ofi_mem_free(farm_mem *mem)
-{
-	struct ofi_mem *m = (struct ofi_mem *)mem;
-	munmap(m->map, m->maplen);
-	free(m);
-}
-
-static int ofi_mem_persist(const farm_mem *mem, const void *addr, size_t len)
-{
-	farm_store_fence(); /* DRAM (battery-backed in FaRM's model) */
-	return 0;
-}
-
-/* ---- registration ------------------------------------------------------ */
-
 /* ---- completion queues ------------------------------------------------- */
 
 static int ofi_cq_create(farm_fabric *fab, unsigned depth, unsigned flags,
@@ -889,9 +830,9 @@ const struct farm_fabric_ops farm_ofi_ops = {
         .open = ofi_open,
         .close = ofi_close,
         .address = ofi_address,
-        .mem_alloc = ofi_mem_alloc,
-        .mem_free = ofi_mem_free,
-        .mem_persist = ofi_mem_persist,
+        .mem_alloc = farm_fabric_anon_alloc,
+        .mem_free = farm_fabric_anon_free,
+        .mem_persist = farm_fabric_anon_persist,
         .mr_reg = farm_ofi_mr_reg,
         .mr_dereg = farm_ofi_mr_dereg,
         .cq_create = ofi_cq_create,

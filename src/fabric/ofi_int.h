@@ -111,12 +111,6 @@ struct ofi_mr {
 	struct ofi_mr *next;
 };
 
-struct ofi_mem {
-	struct farm_mem base;
-	void *map;
-	size_t maplen;
-};
-
 enum { S_FREE = 0, S_QUEUED, S_POSTED, S_DONE };
 
 struct ofi_slot {

@@ -45,6 +45,15 @@ struct farm_mem {
 	char name[64];
 };
 
+/* Plain process memory (anon_mem.c), the mem ops of the providers whose
+ * peers reach memory only through messages (ofi, udp): anonymous,
+ * aligned as the flags ask, backed at once unless FARM_MEM_SPARSE;
+ * persisting it is a store fence. */
+int farm_fabric_anon_alloc(farm_fabric *fab, size_t size, unsigned flags,
+                           farm_mem **out);
+void farm_fabric_anon_free(farm_mem *mem);
+int farm_fabric_anon_persist(const farm_mem *mem, const void *addr, size_t len);
+
 struct farm_mr {
 	farm_fabric *fab;
 	void *addr;

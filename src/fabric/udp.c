@@ -275,65 +275,6 @@ static int udp_address(const farm_fabric *fab, char *buf, size_t len)
 	return (int)n;
 }
 
-/* ---- memory ------------------------------------------------------------ */
-
-#define UDP_HUGE (2u << 20)
-
-static int udp_mem_alloc(farm_fabric *fab, size_t size, unsigned flags,
-                         farm_mem **out)
-{
-	if (flags & FARM_MEM_REQUIRE_HUGE)
-		return -ENOTSUP; /* transparent huge pages are best effort */
-	size_t align = (flags & FARM_MEM_ALIGN_SIZE) ? size : 4096;
-	size_t len = (size + 4095) & ~(size_t)4095;
-	if (len < size || len + align < len)
-		return -ENOMEM;
-	size_t maplen = len + align;
-	uint8_t *map = mmap(NULL, maplen, PROT_READ | PROT_WRITE,
-	                    MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-	if (map == MAP_FAILED)
-		return -errno;
-	uint8_t *p = (uint8_t *)(((uintptr_t)map + align - 1) &
-	                         ~(uintptr_t)(align - 1));
-	if (len >= UDP_HUGE && !(flags & FARM_MEM_SPARSE))
-		(void)madvise(p, len, MADV_HUGEPAGE);
-	/* Backed now unless sparse (FARM_MEM_SPARSE: on first write). */
-	if (!(flags & FARM_MEM_SPARSE))
-#ifdef MADV_POPULATE_WRITE
-		if (madvise(p, len, MADV_POPULATE_WRITE))
-#endif
-			for (size_t k = 0; k < len; k += 4096)
-				((volatile uint8_t *)p)[k] = 0;
-	struct udp_mem *m = calloc(1, sizeof(*m));
-	if (!m) {
-		munmap(map, maplen);
-		return -ENOMEM;
-	}
-	m->base.fab = fab;
-	m->base.addr = p;
-	m->base.size = size;
-	m->map = map;
-	m->maplen = maplen;
-	*out = &m->base;
-	return 0;
-}
-
-static void udp_mem_free(farm_mem *mem)
-{
-	struct udp_mem *m = (struct udp_mem *)mem;
-	munmap(m->map, m->maplen);
-	free(m);
-}
-
-static int udp_mem_persist(const farm_mem *mem, const void *addr, size_t len)
-{
-	(void)mem;
-	(void)addr;
-	(void)len;
-	farm_store_fence(); /* DRAM (battery-backed in FaRM's model) */
-	return 0;
-}
-
 /* ---- registrations ----------------------------------------------------- */
 
 /* Keys are (generation << 12 | slot): a key of a registration since gone
@@ -671,9 +612,9 @@ const struct farm_fabric_ops farm_udp_ops = {
         .open = udp_open,
         .close = udp_close,
         .address = udp_address,
-        .mem_alloc = udp_mem_alloc,
-        .mem_free = udp_mem_free,
-        .mem_persist = udp_mem_persist,
+        .mem_alloc = farm_fabric_anon_alloc,
+        .mem_free = farm_fabric_anon_free,
+        .mem_persist = farm_fabric_anon_persist,
         .mr_reg = udp_mr_reg,
         .mr_dereg = udp_mr_dereg,
         .cq_create = udp_cq_create,

@@ -109,12 +109,6 @@ struct udp_mr {
 	uint32_t slot;
 };
 
-struct udp_mem {
-	farm_mem base;
-	void *map;
-	size_t maplen;
-};
-
 struct udp_faults {
 	_Atomic uint64_t delay_ns;
 	atomic_int fail, pause;
