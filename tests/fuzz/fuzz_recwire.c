@@ -55,20 +55,7 @@ static void setup(farm_txm *m, uint8_t mode)
 
 static void teardown(farm_txm *m)
 {
-	for (unsigned i = 0; i < m->rec.nd; i++) {
-		free(m->rec.d[i].regs);
-		free(m->rec.d[i].cb);
-	}
-	free(m->rec.d);
-	free(m->rec.gone);
-	free(m->rec.inc);
-	free(m->rec.member);
-	free(m->rec.applied_from);
-	free(m->rec.ends);
-	free(m->rec.dends);
-	free(m->rec.acks);
-	free(m->rec.maxlw);
-	pthread_mutex_destroy(&m->rec.lock);
+	farm_txn_rec_fini(m); /* what setup allocated, and the rest NULL */
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
