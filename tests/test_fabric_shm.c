@@ -468,6 +468,57 @@ static void test_bad_input_warm(void **state)
 			fail_msg("byte %zu of the region changed", i);
 }
 
+/* The same for WRITEs, which take a fast path of their own under the key
+ * the endpoint used last (a message frame's): each bad one fails as the
+ * general path says, and no byte of the region changes. */
+static void test_bad_write_warm(void **state)
+{
+	struct fx *f = *state;
+	memset(f->rbase, 0x5a, RSIZE);
+	uint8_t *src = f->buf;
+	memset(src, 0x5a, 4096);        /* the good WRITE's: what is there */
+	memset(src + 4096, 0xa5, 4096); /* the bad ones' */
+	farm_mr_desc d = f->rd;
+	farm_wr good = farm_wr_write(1, src, f->lmr, 64, &d, 128);
+	farm_wr w = farm_wr_write(2, src + 4096, f->lmr, 64, &d, RSIZE);
+	assert_int_equal(bad_after(f, good, w), FARM_EREMOTE_ACCESS);
+	w = farm_wr_write(2, src + 4096, f->lmr, 128, &d, RSIZE - 64);
+	assert_int_equal(bad_after(f, good, w), FARM_EREMOTE_ACCESS);
+	w.len = 64;
+	w.raddr = d.addr - 64;
+	assert_int_equal(bad_after(f, good, w), FARM_EREMOTE_ACCESS);
+	w.raddr = UINT64_MAX - 63;
+	assert_int_equal(bad_after(f, good, w), FARM_EREMOTE_ACCESS);
+	w.raddr = d.addr;
+	w.rkey = d.key ^ (1ull << 40);
+	assert_int_equal(bad_after(f, good, w), FARM_EREMOTE_KEY);
+	/* The local side: past its registration, none, another fabric's. */
+	w = farm_wr_write(2, f->buf + 16384 - 64, f->lmr, 128, &d, 0);
+	assert_int_equal(bad_after(f, good, w), FARM_ELOCAL_ACCESS);
+	w = farm_wr_write(2, src + 4096, NULL, 64, &d, 0);
+	assert_int_equal(bad_after(f, good, w), FARM_ELOCAL_ACCESS);
+	farm_mr *theirs;
+	assert_int_equal(
+	        farm_mr_reg(f->b, f->rbase, 4096, FARM_ACCESS_LOCAL, &theirs),
+	        0);
+	w = farm_wr_write(2, f->rbase, theirs, 64, &d, 0);
+	assert_int_equal(bad_after(f, good, w), FARM_ELOCAL_ACCESS);
+	farm_mr_dereg(theirs);
+	/* A key used for a READ, without the right to WRITE. */
+	farm_mr *ro;
+	assert_int_equal(
+	        farm_mr_reg(f->b, f->rbase, 4096, FARM_ACCESS_REMOTE_READ, &ro),
+	        0);
+	farm_mr_desc rod = farm_mr_describe(ro);
+	farm_wr rd_ok = farm_wr_read(1, src + 8192, f->lmr, 64, &rod, 0);
+	w = farm_wr_write(2, src + 4096, f->lmr, 64, &rod, 0);
+	assert_int_equal(bad_after(f, rd_ok, w), FARM_EREMOTE_ACCESS);
+	farm_mr_dereg(ro);
+	for (size_t i = 0; i < RSIZE; i++)
+		if (f->rbase[i] != 0x5a)
+			fail_msg("byte %zu of the region changed", i);
+}
+
 /* ofi: the target tells a fenced holder so (a FENCED notice, best
  * effort); its requests then fail FARM_EFENCED, where otherwise they
  * reach the target, which refuses their keys by closing the connection
@@ -969,6 +1020,8 @@ int main(void)
 	        cmocka_unit_test_setup_teardown(test_bad_input, setup,
 	                                        teardown),
 	        cmocka_unit_test_setup_teardown(test_bad_input_warm, setup,
+	                                        teardown),
+	        cmocka_unit_test_setup_teardown(test_bad_write_warm, setup,
 	                                        teardown),
 	        cmocka_unit_test_setup_teardown(test_revoke, setup, teardown),
 	        cmocka_unit_test_setup_teardown(test_admit, setup, teardown),

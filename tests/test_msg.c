@@ -282,6 +282,37 @@ static void test_frame_lines(void **state)
 	nodes_close(nd, 2);
 }
 
+/* The receiver hands back an eighth of its ring in the pass that consumed
+ * it, once the ring is empty (after the pass's flush): frames of 64-byte
+ * messages take 128 bytes, so in a 4 KiB ring the fourth one's pass
+ * zeroes the 512 bytes consumed, and the three before leave them. */
+static void test_hand_back_eighth(void **state)
+{
+	(void)state;
+	struct node nd[2];
+	farm_msg_attr a = {.ring_size = 4096};
+	nodes_open(nd, 2, &a);
+	uint8_t buf[64] = {0}, zero[512] = {0};
+	for (uint64_t i = 0; i < 4; i++) {
+		memcpy(buf, &i, 8);
+		assert_int_equal(
+		        farm_msg_send(nd[0].loop, 1, 0, T_COUNT, buf, 64), 0);
+		pump(nd, 2, 1); /* the sender posts, the receiver consumes */
+		assert_int_equal(nd[1].count, i + 1);
+		uint32_t size;
+		uint64_t head;
+		uint8_t *ring =
+		        farm_msg_testing_ring(nd[1].msg, 0, 0, 0, &size, &head);
+		assert_int_equal(head, (i + 1) * 128);
+		if (i < 3)
+			assert_memory_not_equal(ring, zero, 8);
+		else
+			assert_memory_equal(ring, zero, sizeof(zero));
+	}
+	assert_int_equal(nd[1].bad_seq, 0);
+	nodes_close(nd, 2);
+}
+
 /* farm_msg_memory: the region is sized by max_machines (T*M*T rings);
  * a send mirror is counted once per channel, made by its first send; a
  * closed loop's tables are no longer counted. */
@@ -1257,6 +1288,7 @@ int main(int argc, char **argv)
 	        cmocka_unit_test(test_probe),
 	        cmocka_unit_test(test_stream_wraps),
 	        cmocka_unit_test(test_frame_lines),
+	        cmocka_unit_test(test_hand_back_eighth),
 	        cmocka_unit_test(test_call_in_pass_deadline),
 	        cmocka_unit_test(test_memory),
 	        cmocka_unit_test(test_full_fs),

@@ -498,6 +498,7 @@ static void execute(struct shm_ep *ep, struct shm_op *op, int st)
 struct post_view {
 	const farm_fabric *fab;
 	uint64_t key, base, len;
+	uint64_t wlen; /* the range a WRITE may name (REMOTE_WRITE), or 0 */
 	uint8_t *ptr;
 	uint64_t ready; /* the injected delay's completion time (0: none) */
 };
@@ -508,13 +509,16 @@ static inline void post_view_load(const struct shm_ep *ep, struct post_view *v)
 	v->key = ep->rc_key;
 	v->base = ep->rc_base;
 	v->ptr = ep->rc_ptr;
-	v->len = 0;
+	v->len = v->wlen = 0;
 	/* Pairs with the release store in shm_mr_reg(). */
 	if (ep->state == EP_OK && ep->rc_entry &&
-	    (ep->rc_access & FARM_ACCESS_REMOTE_READ) &&
 	    atomic_load_explicit(&ep->rc_entry->gen, memory_order_acquire) ==
-	            ep->rc_key >> SHM_IDX_BITS)
-		v->len = ep->rc_len;
+	            ep->rc_key >> SHM_IDX_BITS) {
+		if (ep->rc_access & FARM_ACCESS_REMOTE_READ)
+			v->len = ep->rc_len;
+		if (ep->rc_access & FARM_ACCESS_REMOTE_WRITE)
+			v->wlen = ep->rc_len;
+	}
 }
 
 /*
@@ -564,6 +568,43 @@ static inline bool post_read(const struct post_view *v, struct shm_op *op,
 	do
 		__builtin_prefetch(l, 0, 3);
 	while ((l += FARM_CL) < end);
+	return true;
+}
+
+/*
+ * The post's fast path for a WRITE without flags but SIGNALED (a message
+ * frame, a head-back word from a registered buffer) under the cached
+ * registration @v: the checks farm_wr_check(), local_ok() and
+ * resolve_cached() make, in one place; anything else (INLINE, PERSIST, a
+ * key not cached, an error to report) returns false and takes the general
+ * path, which says why. A message's WRITE is on the round trip: the
+ * general path's checks, one after the other, were a good part of it.
+ */
+static inline bool post_write(const struct post_view *v, struct shm_op *op,
+                              const farm_wr *wr)
+{
+	uint32_t len = wr->len;
+	uint64_t raddr = wr->raddr, off = raddr - v->base;
+	const farm_mr *lmr = wr->lmr;
+	uintptr_t a = (uintptr_t)wr->local;
+	if (wr->opcode != FARM_WR_WRITE ||
+	    (wr->flags & ~(unsigned)FARM_WR_SIGNALED) || wr->rkey != v->key ||
+	    len == 0 || len > FARM_FABRIC_MAX_OP || raddr < v->base ||
+	    len > v->wlen || off > v->wlen - len || !a || !lmr ||
+	    lmr->fab != v->fab || !(lmr->access & FARM_ACCESS_LOCAL) ||
+	    a < (uintptr_t)lmr->addr || len > lmr->len ||
+	    a - (uintptr_t)lmr->addr > lmr->len - len)
+		return false;
+	op->wr_id = wr->wr_id;
+	op->ready_ns = v->ready;
+	op->local = wr->local;
+	op->rptr = v->ptr + off;
+	op->len = len;
+	op->status = 0;
+	op->opcode = FARM_WR_WRITE;
+	op->flags = wr->flags;
+	op->executed = 0;
+	op->fast = 0; /* retired by the harvest's general path */
 	return true;
 }
 
@@ -643,6 +684,10 @@ int farm_shm_ep_post(farm_ep *e, farm_wr *list, farm_wr **bad)
 		struct shm_op *op = &ops[tail & mask];
 		if (FARM_LIKELY(tail != full && post_read(&v, op, wr))) {
 			tail++;
+			continue;
+		}
+		if (tail != full && post_write(&v, op, wr)) {
+			last_write = tail++;
 			continue;
 		}
 		ep->tail = tail;

@@ -270,7 +270,9 @@ struct farm_loop {
 	_Atomic int stop;
 	bool polling;   /* inside farm_loop_poll: handlers may not re-enter */
 	bool unstamped; /* calls made in this pass await their deadline */
-	farm_wr *wrs;   /* WR_BATCH + 1 */
+	bool hand_back_due; /* a ring consumed an eighth: farm_msg_hand_back_due
+	                       after the flush */
+	farm_wr *wrs;       /* WR_BATCH + 1 */
 	struct poller {
 		farm_poll_fn poll;
 		farm_pending_fn pending;
@@ -338,6 +340,7 @@ int farm_msg_poll_rings(farm_loop *loop);
  * incarnation, farm_loop_forget_peer). */
 void farm_msg_forget_in(farm_loop *loop, uint32_t m);
 void farm_msg_hand_back_all(farm_loop *loop);
+void farm_msg_hand_back_due(farm_loop *loop);
 int farm_msg_poll_inbox(farm_loop *loop, int status);
 
 /* msg_rpc.c: calls */

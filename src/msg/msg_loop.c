@@ -1,6 +1,7 @@
 /*
  * Messaging: the per-thread event loop. Opening and closing a loop, one
- * pass (farm_loop_poll: completions, inbox, rings, deferred work, timers),
+ * pass (farm_loop_poll: deferred work, completions, pollers, inbox, rings,
+ * timers, then the flush),
  * one-sided operations for the layers above (farm_loop_rdma) on an
  * endpoint of their own, pollers, and parking when idle. See README.md.
  */
@@ -653,16 +654,23 @@ int farm_loop_poll(farm_loop *loop)
 	got += loop->dq_head ? run_deferred(loop, 0) : 0;
 	farm_msg_refresh_peers(loop);
 	got += poll_cq(loop);
-	got += farm_msg_poll_rings(loop);
 	for (unsigned i = 0; i < loop->npollers; i++)
 		got += loop->pollers[i].poll(loop, loop->pollers[i].ctx);
 	got += farm_msg_poll_inbox(loop, 0);
+	/* The rings last, just before the flush: a request's reply (or a
+	 * reply's next call) is posted with little run in between, and
+	 * everything the pass staged still goes out as one frame per
+	 * channel. The scan after them: a reply that is there completes
+	 * its call before the call's deadline is checked. */
+	got += farm_msg_poll_rings(loop);
 	if (loop->nactive && (++loop->ticks % SCAN_EVERY) == 0)
 		got += farm_msg_scan_calls(loop, farm_now_ns());
 	if (loop->ndirty)
 		farm_loop_flush(loop);
 	if (loop->unstamped)
 		farm_msg_stamp_calls(loop);
+	if (loop->hand_back_due)
+		farm_msg_hand_back_due(loop);
 	if (loop->npend_peers)
 		flush_reads(loop);
 	if (loop->nowed &&

@@ -441,7 +441,8 @@ int farm_msg_check_dest(farm_loop *loop, uint32_t machine, unsigned thread,
 		return -EINVAL;
 	if (machine >= msg->attr.max_machines)
 		return -ENOENT;
-	if (len > farm_msg_max_payload(msg))
+	/* farm_msg_max_payload, without a call on every send */
+	if (len > msg->max_frame - WIRE_FRAME_OVERHEAD - WIRE_MSG_HDR)
 		return -EMSGSIZE;
 	return 0;
 }
@@ -679,13 +680,31 @@ int farm_msg_poll_rings(farm_loop *loop)
 			if (FARM_UNLIKELY(c->broken))
 				continue;
 			got += poll_ring(loop, m, t, c);
-			if (c->head - c->returned >= msg->lay.R / 8 &&
-			    wire_load(c->ring + (c->head & (msg->lay.R - 1))) ==
-			            0)
-				hand_back(loop, m, t, c);
+			if (c->head - c->returned >= msg->lay.R / 8)
+				loop->hand_back_due = true;
 		}
 	}
 	return got;
+}
+
+/* Hand back the rings that consumed an eighth and are empty now. After
+ * the pass's flush (farm_loop_poll): zeroing an eighth of a ring takes
+ * microseconds, which the answers staged in the pass do not wait for. */
+void farm_msg_hand_back_due(farm_loop *loop)
+{
+	farm_msg *msg = loop->msg;
+	unsigned T = msg->attr.nthreads;
+	uint32_t R = msg->lay.R;
+	loop->hand_back_due = false;
+	for (unsigned i = 0; i < loop->npeers; i++) {
+		uint32_t m = loop->peer_list[i];
+		for (unsigned t = 0; t < T; t++) {
+			struct in_chan *c = &loop->in[m * T + t];
+			if (!c->broken && c->head - c->returned >= R / 8 &&
+			    wire_load(c->ring + (c->head & (R - 1))) == 0)
+				hand_back(loop, m, t, c);
+		}
+	}
 }
 
 void farm_msg_hand_back_all(farm_loop *loop)
