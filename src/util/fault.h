@@ -109,7 +109,7 @@ enum farm_fault_point {
 	/* txn/recover.c, a switch: while hooked, the decider judges a
 	 * removed coordinator's transaction by the backups of the view
 	 * before the current one, not of the configuration its
-	 * COMMIT-BACKUPs were sent in (tests/test_campaign.c
+	 * COMMIT-BACKUPs were sent in (tests/campaign/
 	 * --broken-prev-ring with the seed that lost commits). */
 	FARM_FP_REC_PREV_RING,
 	/* recovery/recovery.c, a switch: while hooked, the members that are

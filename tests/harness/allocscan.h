@@ -1,7 +1,7 @@
 /*
  * The allocator's state, live and rebuilt by scan (SOSP'15 5.4; the
  * check "the allocator's state, rebuilt by scan, matches the live
- * state"), for tests/test_rec_kv.c and tests/test_campaign.c. Child side:
+ * state"), for tests/test_rec_kv.c and tests/campaign/. Child side:
  * alloc_scan dumps the machine's block allocator, then rebuilds a fresh
  * one from a copy of every region it holds and dumps that
  * (farm_blockalloc_dump: the free lists agree with every header, so no

@@ -1,6 +1,6 @@
 /*
  * Full replication, as the tests judge it (tests/test_datarec.c,
- * tests/test_campaign.c): what a machine holds and copies (child side:
+ * tests/campaign/): what a machine holds and copies (child side:
  * rp_held), and whether every region any machine holds is complete at
  * exactly the machines its ring names (parent side: rp_replicated).
  * Defined in replicas.c.

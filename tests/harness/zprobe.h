@@ -1,5 +1,5 @@
 /*
- * One-sided requests of a zombie (test_rec_zombie; test_campaign.c,
+ * One-sided requests of a zombie (test_rec_zombie; tests/campaign/,
  * zombie_reuse):
  * while it is still a member, a machine resolves one account at each of
  * ZP_TARGETS other primaries and runs a READ and a CAS that changes
