@@ -30,6 +30,16 @@
  *                   versions. With FARM_FP_REC_DECIDE_REINSTALL (a test
  *                   switch: the decision installs the LOCK record anyway)
  *                   the older images must be seen back.
+ *   place_window    machine 1 commits a write to its own object (a
+ *                   single-machine commit) and, between the commit's
+ *                   placement and its first record, takes configuration
+ *                   2, which moves one of the object's backups, then
+ *                   starts recovery of 2. The commit was placed in
+ *                   configuration 1 and its COMMIT-BACKUPs went to 1's
+ *                   backups: it must abort, retryably, not install. With
+ *                   FARM_FP_TX_CFG_LATE (a test switch: the commit reads
+ *                   its configuration after placing, by the current
+ *                   view) it is stamped 2 and installs.
  */
 #include "asntx.h"
 
@@ -380,6 +390,77 @@ static void test_decided_after_primary_broken(void **state)
 	assert_true(bad > 0);
 }
 
+/* FARM_FP_TX_PLACED's hook: machine 1 takes configuration 2 (@arg: the
+ * ids), once. */
+static void place_hook(enum farm_fault_point fp, void *arg)
+{
+	const uint32_t *ids = arg;
+	(void)farm_fault_set(fp, NULL, NULL);
+	assert_int_equal(farm_as_set_view(C.m[0].as, 2, ids, 3), 0);
+}
+
+/* A write to @x by its primary's machine (index 0) with configuration 2
+ * installed in its placement window, recovery of 2 started before the
+ * commit goes on: the outcome. */
+static int place_window(bool broken)
+{
+	farm_fatptr x = make_obj(0, 64, 50);
+	uint32_t r1[FARM_RING_MAX_REPLICAS], r2[FARM_RING_MAX_REPLICAS];
+	uint32_t reg = farm_gaddr_region(x.addr);
+	unsigned n1 = farm_as_replicas(C.m[0].as, reg, r1);
+	assert_int_equal(n1, 3);
+	assert_int_equal(r1[0], 1);
+	uint32_t gone[1] = {r1[2]}, ids[3], n = 0;
+	for (uint32_t id = 1; id <= 4; id++)
+		if (id != gone[0])
+			ids[n++] = id;
+	if (broken)
+		assert_int_equal(
+		        farm_fault_set(FARM_FP_TX_CFG_LATE, tu_switch_on, NULL),
+		        0);
+	farm_tx *tx = begin(0);
+	const uint8_t *d;
+	uint8_t *w;
+	assert_int_equal(rd(tx, x.addr, 64, (const void **)&d), 0);
+	assert_int_equal(farm_tx_write(tx, x.addr, (void **)&w), 0);
+	w[0] = 43;
+	struct res r = {0};
+	assert_int_equal(farm_fault_set(FARM_FP_TX_PLACED, place_hook, ids), 0);
+	assert_int_equal(farm_tx_commit(tx, op_cb, &r), 0);
+	(void)farm_fault_set(FARM_FP_TX_PLACED, NULL, NULL);
+	(void)farm_fault_set(FARM_FP_TX_CFG_LATE, NULL, NULL);
+	/* The view moved a backup, not the primary. */
+	assert_int_equal(farm_as_replicas(C.m[0].as, reg, r2), 3);
+	assert_int_equal(r2[0], 1);
+	assert_true(r2[1] != gone[0] && r2[2] != gone[0]);
+	assert_int_equal(farm_fabric_revoke(C.m[0].fab, gone[0]), 0);
+	assert_int_equal(
+	        farm_txm_reconfigure(C.m[0].txm, 2, gone, 1, ids, 3, 1), 0);
+	asn_wait(&C, &r.done);
+	farm_tx_free(tx);
+	printf("place_window%s: machine %u removed in the window; the "
+	       "commit: %s\n",
+	       broken ? " (broken)" : "", gone[0], farm_strerror(r.status));
+	return r.status;
+}
+
+static void test_place_window(void **state)
+{
+	(void)state;
+	int rc = place_window(false);
+	assert_true(rc != 0 && farm_tx_retryable(rc));
+}
+
+/* The proof: stamped with the configuration read after the view moved,
+ * the commit installs over the old configuration's backups. */
+static void test_place_window_broken(void **state)
+{
+	(void)state;
+	if (!farm_fault_built())
+		skip();
+	assert_int_equal(place_window(true), 0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -391,6 +472,10 @@ int main(void)
 	                                        setup, teardown),
 	        cmocka_unit_test_setup_teardown(
 	                test_decided_after_primary_broken, setup, teardown),
+	        cmocka_unit_test_setup_teardown(test_place_window, setup,
+	                                        teardown),
+	        cmocka_unit_test_setup_teardown(test_place_window_broken, setup,
+	                                        teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -141,20 +141,50 @@ static int commit_refused(farm_tx *tx, int rc)
 	return rc;
 }
 
-/* Find each object's replicas and primary; counts the objects written in
- * *@nw. Done at commit, not at read, so that the placement is the one of
- * the configuration the commit runs under. */
-static int commit_place(farm_tx *tx, unsigned *nw)
+/* The replicas of @region in configuration @cfg (@late: in the current
+ * view, the switch of FARM_FP_TX_CFG_LATE) into @o; 0, -EAGAIN when
+ * @cfg's ring is gone from this machine's history (the configuration
+ * moved on meanwhile: retry), -EINVAL when the address names no region. */
+static int place_one(farm_txm *m, uint32_t cfg, bool late, uint32_t region,
+                     struct txobj *o)
+{
+	o->nrep = late ? farm_as_replicas(m->as, region, o->reps)
+	               : farm_as_replicas_at(m->as, cfg, region, o->reps);
+	if (!o->nrep && !late && (uint32_t)farm_as_config_id(m->as) != cfg &&
+	    farm_as_replicas(m->as, region, o->reps))
+		return -EAGAIN;
+	if (!o->nrep || o->reps[0] >= m->M)
+		return -EINVAL;
+	return 0;
+}
+
+/* Find each object's replicas and primary in the ring of the commit's
+ * configuration, tx->cfg, read before: a view installed meanwhile must
+ * not place the commit by another configuration than the one its records
+ * carry (PH_BACKUP's check against recovery's configuration, commit.c,
+ * relies on that). Done at commit, not at read, so that the placement
+ * is the one of the configuration the commit runs under. An object in
+ * the region of the one before takes its placement: a KV batch's objects
+ * lie in its shard's region, and each look-up is a read lock of the
+ * address space. Counts the objects written in *@nw. */
+static int commit_place(farm_tx *tx, bool late, unsigned *nw)
 {
 	farm_txm *m = tx->m;
 	bool single = true;
 	*nw = 0;
 	for (unsigned i = 0; i < tx->n; i++) {
 		struct txobj *o = &tx->o[i];
-		o->nrep = farm_as_replicas(m->as, farm_gaddr_region(o->a),
-		                           o->reps);
-		if (!o->nrep || o->reps[0] >= m->M)
-			return -EINVAL;
+		const struct txobj *prev = i ? &tx->o[i - 1] : NULL;
+		uint32_t region = farm_gaddr_region(o->a);
+		if (prev && farm_gaddr_region(prev->a) == region) {
+			o->nrep = prev->nrep;
+			memcpy(o->reps, prev->reps,
+			       sizeof(o->reps[0]) * prev->nrep);
+		} else {
+			int rc = place_one(m, tx->cfg, late, region, o);
+			if (rc)
+				return rc;
+		}
 		o->primary = o->reps[0];
 		single &= o->primary == m->me;
 		if (txo_is_write(o))
@@ -311,15 +341,20 @@ static int commit_begin(farm_tx *tx, farm_tx_commit_fn cont, void *ctx)
 	tx->cont = cont;
 	tx->ctx = ctx;
 	unsigned nw;
-	int rc = commit_place(tx, &nw);
+	bool late = FARM_FAULT_SWITCH(FARM_FP_TX_CFG_LATE);
+	if (!late)
+		tx->cfg = (uint32_t)farm_as_config_id(tx->m->as);
+	int rc = commit_place(tx, late, &nw);
 	if (rc)
 		return rc;
+	FARM_FAULT_POINT(FARM_FP_TX_PLACED);
+	if (late)
+		tx->cfg = (uint32_t)farm_as_config_id(tx->m->as);
 	if (nw == 0)
 		return commit_read_only(tx);
 	rc = commit_regions(tx, nw);
 	if (rc)
 		return rc;
-	tx->cfg = (uint32_t)farm_as_config_id(tx->m->as);
 	rc = commit_images(tx);
 	if (rc)
 		return rc;

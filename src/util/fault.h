@@ -575,6 +575,18 @@ enum farm_fault_point {
 	 * (test_rec_zombie --broken-loud must see its lease traffic and log
 	 * lines grow while its application retries). */
 	FARM_FP_REMOVED_LOUD,
+	/* txn/commit_start.c: a commit's objects placed and its
+	 * configuration read, before its images are built (a view installed
+	 * here must make a single-machine commit abort once recovery's
+	 * configuration passes it: test_rec_stale place_window). */
+	FARM_FP_TX_PLACED,
+	/* txn/commit_start.c, a switch: while hooked, a commit places its
+	 * objects by the current view and reads its configuration after, as
+	 * before it read the configuration first and placed by that
+	 * configuration's ring (test_rec_stale place_window --broken: a view
+	 * installed between the two stamps the commit with the new
+	 * configuration over the old one's backups, and it installs). */
+	FARM_FP_TX_CFG_LATE,
 	FARM_FP_COUNT
 };
 
