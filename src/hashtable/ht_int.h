@@ -124,6 +124,9 @@ struct ht_counters {
 struct ht_smap {
 	uint16_t hdr;
 	bool hdr_whole;
+	/* a header not whole in one line: its two pieces */
+	uint16_t hdr_at[3];
+	uint8_t hdr_n[3];
 	uint8_t npieces;
 	uint16_t key_at[3];
 	uint8_t key_n[3];

@@ -89,6 +89,7 @@ void farm_ht_pair_map(farm_ht *h)
 		m->hdr = (uint16_t)(base + img_off(off));
 		m->hdr_whole = img_off(off + 7) - img_off(off) == 7;
 		uint32_t left;
+		(void)map_pieces(base, off, 8, m->hdr_at, m->hdr_n, &left);
 		m->npieces = map_pieces(base, off + 8, h->K, m->key_at,
 		                        m->key_n, &left);
 		m->nvpieces = map_pieces(base, off + 8 + h->K, h->V, m->val_at,
@@ -132,10 +133,12 @@ bool farm_ht_pair_slot_is(const farm_ht *h, const uint8_t *img, unsigned slot,
                           uint8_t hdr[8])
 {
 	const struct ht_smap *m = &h->smap[slot];
-	if (m->hdr_whole)
+	if (m->hdr_whole) {
 		memcpy(hdr, img + m->hdr, 8);
-	else
-		farm_ht_pair_slot_read(h, img, slot, 0, 8, hdr);
+	} else { /* across a line's version: its two pieces */
+		memcpy(hdr, img + m->hdr_at[0], m->hdr_n[0]);
+		memcpy(hdr + m->hdr_n[0], img + m->hdr_at[1], m->hdr_n[1]);
+	}
 	if (!(hdr[0] & SLOT_USED) || hdr[1] != (klen > h->K ? 0 : klen))
 		return false;
 	if (klen <= h->K)
@@ -168,12 +171,15 @@ static int find_tagged(const farm_ht *h, const uint8_t *img, unsigned j,
 	uint64_t m = tag_hits(tags, tag_of(hash));
 	/* the slots asked for: bytes lo - first .. hi - first */
 	m &= ~0ull >> (8u * (8u - (hi - first)));
-	m &= ~0ull << (8u * (lo - first));
-	for (; m; m &= m - 1) {
-		unsigned i = first + (unsigned)__builtin_ctzll(m) / 8u;
-		if (farm_ht_pair_slot_is(h, img, i, key, klen, hash, hdr))
+	m >>= 8u * (lo - first); /* slot lo's bit at 0x80 */
+	/* Slot by slot, a branch on each tag: a slot's address does not
+	 * depend on the tags' load, so its lines' loads may start before
+	 * line 0 is here (a candidate found by the tags' bits would wait for
+	 * line 0, then for the slot's lines). */
+	for (unsigned i = lo; m && i < hi; i++, m >>= 8)
+		if ((m & 0x80u) &&
+		    farm_ht_pair_slot_is(h, img, i, key, klen, hash, hdr))
 			return (int)i;
-	}
 	return -1;
 }
 
