@@ -225,12 +225,11 @@ uint32_t kb_buckets_for(uint64_t nkeys)
 
 uint32_t kb_bucket_bytes(void)
 {
-	/* src/hashtable's layout: a 48-byte header (versions, chain, slot
-	 * tags), then H/2 (4) slots of 8 bytes and the inline key and value
-	 * (each rounded up to 8), in whole lines with their versions as
-	 * every object. */
+	/* src/hashtable's layout: a 40-byte header, then H/2 (4) slots of
+	 * 8 bytes and the inline key and value (each rounded up to 8), in
+	 * whole lines with their versions as every object. */
 	uint32_t slot = 8 + kb_key_inline() + kb_val_inline();
-	return (uint32_t)farm_array_stride(48 + 4 * slot);
+	return (uint32_t)farm_array_stride(40 + 4 * slot);
 }
 
 uint64_t kb_region_for(uint32_t nb, uint64_t nkeys)

@@ -15,12 +15,6 @@
  * --broken: only that last case, with the owner's check that it still
  * serves the shard off (FARM_FP_HT_APPLY_MOVED): the write must be seen
  * failing with -EREMOTE.
- *
- * Slot tags: after a churn of puts and deletes (hops, evictions, chains
- * pulled back), every used bucket slot's tag is its key's and every
- * present key is found from every machine. --broken-tags: a pair moved
- * into a bucket slot keeps the slot's old tag (FARM_FP_HT_TAG_STALE):
- * the test must see a stale tag and a present key answered absent.
  */
 #include "asnodes.h"
 #include "brokenarg.h"
@@ -38,7 +32,6 @@
 
 static struct asn_cluster C;
 static farm_ht *H[3];
-static bool Broken_tags; /* --broken-tags */
 
 static void hook(struct asn *x, unsigned i)
 {
@@ -602,83 +595,6 @@ static void test_moves(void **state)
 	assert_int_equal(get(1, PK[HC][0], 16), -ENOENT);
 }
 
-/* ---- slot tags ----------------------------------------------------------- */
-
-/* Used bucket slots whose tag is not their key's, over every shard (each
- * read on the machine that made it, where it lies). */
-static unsigned tags_stale(uint32_t nb)
-{
-	farm_ht *h = H[0];
-	uint32_t bl = 64u * h->bucket_lines;
-	uint8_t d[64u * 16u];
-	unsigned bad = 0;
-	for (unsigned m = 0; m < 3; m++)
-		for (uint32_t b = 0; b <= nb; b++) {
-			const uint8_t *img = farm_as_local_ptr(
-			        C.m[m].as, SD[m].base + (uint64_t)b * bl, bl);
-			assert_non_null(img);
-			obj_unpack(img, h->bucket_data, d);
-			for (unsigned i = 0; i < h->spb; i++) {
-				const uint8_t *sl = slot_at(h, d, i);
-				bad += (sl[0] & SLOT_USED) &&
-				       B_TAGS(d)[i] != tag_of(slot_hash(h, sl));
-			}
-		}
-	return bad;
-}
-
-static void test_tags(void **state)
-{
-	(void)state;
-	/* test_model's table and keys (hops and chains certain), puts and
-	 * deletes alone, then every key looked up from every machine. */
-	make_shards(32);
-	uint64_t seed = 777;
-	for (unsigned i = 0; i < NKEYS; i++) {
-		mk_key(i, &seed);
-		M[i].present = false;
-	}
-	for (unsigned step = 0; step < 4000; step++) {
-		struct mkey *k = &M[farm_rand64(&seed) % NKEYS];
-		unsigned m = (unsigned)(farm_rand64(&seed) % 3);
-		if (farm_rand64(&seed) % 10 < 6) {
-			k->vlen = farm_rand64(&seed) % 2 ? 32 : 100;
-			for (uint32_t j = 0; j < k->vlen; j++)
-				k->val[j] = (uint8_t)(step + j);
-			assert_int_equal(
-			        put(m, k->key, k->klen, k->val, k->vlen), 0);
-			k->present = true;
-		} else {
-			int rc = del(m, k->key, k->klen);
-			assert_int_equal(rc, k->present ? 0 : -ENOENT);
-			k->present = false;
-		}
-	}
-	unsigned stale = tags_stale(32), missed = 0, present = 0;
-	for (unsigned m = 0; m < 3; m++)
-		for (unsigned i = 0; i < NKEYS; i++) {
-			int rc = get(m, M[i].key, M[i].klen);
-			present += M[i].present;
-			if (M[i].present && rc == -ENOENT)
-				missed++;
-			else
-				assert_int_equal(rc,
-				                 M[i].present ? 0 : -ENOENT);
-		}
-	printf("tags: %u stale, %u of %u present lookups answered absent%s\n",
-	       stale, missed, present,
-	       Broken_tags ? " [broken: moves keep the old tag]" : "");
-	if (Broken_tags) {
-		if (!stale || !missed)
-			fail_msg(
-			        "--broken-tags: no stale tag or no key missed: "
-			        "the test cannot see a forgotten tag");
-		return;
-	}
-	assert_int_equal(stale, 0);
-	assert_int_equal(missed, 0);
-}
-
 /* ---- lookups during moves ------------------------------------------------ */
 
 #define CH_STABLE 60u  /* keys always present: looked up, updated in place */
@@ -1199,16 +1115,6 @@ static void test_moved_away(void **state)
 
 int main(int argc, char **argv)
 {
-	if (argc == 2 && !strcmp(argv[1], "--broken-tags")) {
-		int st = tu_broken_named(argc, argv, "--broken-tags",
-		                         FARM_FP_HT_TAG_STALE, &Broken_tags);
-		if (st)
-			return st;
-		const struct CMUnitTest tags[] = {
-		        cmocka_unit_test(test_tags),
-		};
-		return cmocka_run_group_tests(tags, setup, teardown);
-	}
 	int st = tu_broken_arg(argc, argv, FARM_FP_HT_APPLY_MOVED, &Broken);
 	if (st)
 		return st;
@@ -1224,7 +1130,6 @@ int main(int argc, char **argv)
 	        cmocka_unit_test(test_model),
 	        cmocka_unit_test(test_occupancy),
 	        cmocka_unit_test(test_moves),
-	        cmocka_unit_test(test_tags),
 	        cmocka_unit_test(test_churn),
 	        cmocka_unit_test(test_churn_mt),
 	        cmocka_unit_test(test_bad_input),

@@ -12,8 +12,7 @@
  * and a writer thread installing bucket images over a pair (the install
  * protocol of txn/object.h) while batches read it: a value is never torn;
  * and a new version of a bucket installed inside the window of a found
- * slot's copy (after line 0 and the slot's first line, before its
- * value's line), every time: the
+ * slot's copy (after line 0, before the slot's lines), every time: the
  * answer is one version's value, never the header of one and the value
  * of the other; the same window for farm_ht_get's local lookup, which
  * answers a found key from its slot alone too (every other lookup there
@@ -506,17 +505,16 @@ static uint32_t win_len(uint8_t x)
 
 struct window {
 	uint8_t *bucket; /* in machine 0's memory */
-	unsigned slot;   /* the key's (window_key) */
 	int armed;       /* install at the next hit, once */
 	uint8_t x;       /* the version of the value installed last */
 	unsigned installs;
 };
 
 /* The delay hook, on the batch's thread between the copy of the slot's
- * first line (its header) and of its later lines (its value): a new
- * version of the bucket installed by the install protocol a commit uses
- * (obj_install), the key in its slot given the next version's value (another
- * length, another byte; the rest of the value area keeps the old bytes). */
+ * line 0 and of its other lines: a new version of the bucket installed
+ * by the install protocol a commit uses (obj_install), the key in slot 0
+ * given the next version's value (another length, another byte; the rest
+ * of the value area keeps the old bytes). */
 static void window_hook(enum farm_fault_point fp, void *arg)
 {
 	(void)fp;
@@ -530,7 +528,7 @@ static void window_hook(enum farm_fault_point fp, void *arg)
 	uint64_t v = atomic_load((_Atomic uint64_t *)(void *)w->bucket);
 	memcpy(img, w->bucket, 64u * L);
 	obj_unpack(img, h->bucket_data, data);
-	uint8_t *sl = slot_at(h, data, w->slot);
+	uint8_t *sl = slot_at(h, data, 0);
 	uint32_t n = win_len(++w->x);
 	memcpy(sl + 4, &n, 4);
 	memset(sl + 8 + h->K, w->x, n);
@@ -540,43 +538,31 @@ static void window_hook(enum farm_fault_point fp, void *arg)
 	w->installs++;
 }
 
-/* A key of shard 0's bucket 1 in the first slot whose header is whole
- * in one line and whose value starts in a later line (keys homed there
- * fill the slots before it), that slot in *@slot. */
-static uint8_t *window_key(char k[16], unsigned *slot)
+/* The one key of shard 0's bucket 1 (so in its slot 0, whose header is
+ * in line 0 and value in the lines after it). */
+static uint8_t *window_key(char k[16])
 {
 	farm_ht *h = H[0];
-	unsigned s = 0;
-	while (s < h->spb &&
-	       !(h->smap[s].hdr_whole && h->smap[s].nvpieces >= 1 &&
-	         h->smap[s].hdr / 64u == h->smap[s].line_lo &&
-	         h->smap[s].val_at[0] / 64u > h->smap[s].line_lo))
-		s++;
-	assert_true(s < h->spb);
+	const struct ht_smap *m = &h->smap[0];
+	assert_int_equal(m->line_lo, 0);
+	assert_true(m->line_hi >= 1 && m->nvpieces >= 1 && m->val_at[0] >= 64);
+	for (unsigned i = 0; i < 100000; i++) {
+		memset(k, 0, 16);
+		snprintf(k, 16, "win%u", i);
+		uint64_t hash = farm_ht_hash(k, 16);
+		if (farm_ht_shard_index(hash, 3) == 0 && home_of(hash, 4) == 1)
+			break;
+	}
 	uint8_t v[32];
 	memset(v, 1, sizeof(v));
-	unsigned i = 0;
-	for (unsigned n = 0; n <= s; n++) {
-		for (;; i++) {
-			assert_true(i < 1000000);
-			memset(k, 0, 16);
-			snprintf(k, 16, "win%u", i);
-			uint64_t hash = farm_ht_hash(k, 16);
-			if (farm_ht_shard_index(hash, 3) == 0 &&
-			    home_of(hash, 4) == 1)
-				break;
-		}
-		i++;
-		assert_int_equal(put(0, k, 16, v, win_len(1)), 0);
-	}
+	assert_int_equal(put(0, k, 16, v, win_len(1)), 0);
 	uint32_t bb = 64u * h->bucket_lines;
 	uint8_t *b = (uint8_t *)(uintptr_t)farm_as_local_ptr(
 	        C.m[0].as, SD[0].base + bb, 2ull * bb);
 	assert_non_null(b);
 	uint8_t data[64 * 16];
 	obj_unpack(b, h->bucket_data, data);
-	assert_memory_equal(slot_at(h, data, s) + 8, k, 16);
-	*slot = s;
+	assert_memory_equal(slot_at(h, data, 0) + 8, k, 16);
 	return b;
 }
 
@@ -600,9 +586,8 @@ static bool window_whole(const struct farm_ht_lkey *lk, uint8_t x)
 /*
  * The key found in place, its slot copied alone; inside the window every
  * lookup has a new version of the bucket installed (by the delay hook,
- * synchronously). Line 0 and the slot's header line then are of the old
- * version, its value's line of the new: the copy must be refused (and
- * the whole pair decide)
+ * synchronously). Line 0 then is of the old version, the slot's other
+ * lines of the new: the copy must be refused (and the whole pair decide)
  * or the answer be unresolved, never the old header's length over the
  * new value's bytes.
  */
@@ -611,8 +596,7 @@ static void test_window(void **state)
 	(void)state;
 	make_shards(4);
 	char k[16];
-	struct window w = {.x = 1};
-	w.bucket = window_key(k, &w.slot);
+	struct window w = {.bucket = window_key(k), .x = 1};
 	if (farm_fault_set(FARM_FP_HT_SLOT_WINDOW, window_hook, &w)) {
 		printf("skipped: built without fault injection\n");
 		skip();
@@ -667,8 +651,7 @@ static void test_window_get(void **state)
 	(void)state;
 	make_shards(4);
 	char k[16];
-	struct window w = {.x = 1};
-	w.bucket = window_key(k, &w.slot);
+	struct window w = {.bucket = window_key(k), .x = 1};
 	if (farm_fault_set(FARM_FP_HT_SLOT_WINDOW, window_hook, &w)) {
 		printf("skipped: built without fault injection\n");
 		skip();

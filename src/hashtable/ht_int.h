@@ -14,9 +14,8 @@
  *   ht_iter.c   scans of a local shard (iteration, usage)
  *
  * Bucket object data: [fwd u64][bwd u64][overflow fat pointer 24 B]
- * [tags: a byte per slot, 8 B][H/2 slots] (the header fills line 0).
- * Chain block data: [ver u64][pad u64... 32 B header with the next
- * block's fat pointer][BLK_SLOTS (2) slots]. Slot: [flags u8][klen u8]
+ * [H/2 slots]. Chain block data: [ver u64][pad u64... 32 B header with the
+ * next block's fat pointer][BLK_SLOTS (2) slots]. Slot: [flags u8][klen u8]
  * [pad u16][vlen u32][key K][value V]. A slot whose value or key does not
  * fit holds a fat pointer to an object [klen u32][vlen u32][key][value] in
  * its value area (and, for a long key, the key's hash in its key area).
@@ -36,7 +35,7 @@
 #define SLOT_USED     1u
 #define SLOT_INDIRECT 2u
 #define SLOT_LONGKEY  4u
-#define BKT_HDR       48u /* fwd, bwd, overflow, tags */
+#define BKT_HDR       40u /* fwd, bwd, overflow */
 #define BLK_HDR       32u /* ver, next */
 #define BLK_SLOTS     2u  /* pairs per overflow block (FaRM's two) */
 #define HOP_REACH     32u /* buckets probed each way for a free slot */
@@ -55,10 +54,6 @@
 #define B_FWD(b) ((b) + 0)
 #define B_BWD(b) ((b) + 8)
 #define B_OVF(b) ((b) + 16)
-/* Slot i's tag (tag_of its key's hash while it is used, 0 while free):
- * H / 2 <= 8 of them, in line 0 with fwd and bwd, so that a search
- * compares them first and reads only a slot whose tag matches. */
-#define B_TAGS(b) ((b) + 40)
 
 /* The operation needs an allocation before it can go on: the batch makes
  * it, then applies the operation again (which changed nothing before
@@ -124,9 +119,6 @@ struct ht_counters {
 struct ht_smap {
 	uint16_t hdr;
 	bool hdr_whole;
-	/* a header not whole in one line: its two pieces */
-	uint16_t hdr_at[3];
-	uint8_t hdr_n[3];
 	uint8_t npieces;
 	uint16_t key_at[3];
 	uint8_t key_n[3];
@@ -177,16 +169,6 @@ enum {
 static inline uint32_t home_of(uint64_t hash, uint32_t nb)
 {
 	return (uint32_t)((hash >> 11) % nb);
-}
-
-/* A used slot's tag: the hash's top byte (the home takes bits from 11
- * up, the shard all of them through jump hashing), never 0, a free
- * slot's tag. A search skips slots whose tag differs from its key's; the
- * key's compare still decides between those that match. */
-static inline uint8_t tag_of(uint64_t hash)
-{
-	uint8_t t = (uint8_t)(hash >> 56);
-	return t ? t : 1;
 }
 
 static inline uint8_t *slot_at(const farm_ht *h, uint8_t *bucket, unsigned i)

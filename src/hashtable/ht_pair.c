@@ -89,7 +89,6 @@ void farm_ht_pair_map(farm_ht *h)
 		m->hdr = (uint16_t)(base + img_off(off));
 		m->hdr_whole = img_off(off + 7) - img_off(off) == 7;
 		uint32_t left;
-		(void)map_pieces(base, off, 8, m->hdr_at, m->hdr_n, &left);
 		m->npieces = map_pieces(base, off + 8, h->K, m->key_at,
 		                        m->key_n, &left);
 		m->nvpieces = map_pieces(base, off + 8 + h->K, h->V, m->val_at,
@@ -133,12 +132,10 @@ bool farm_ht_pair_slot_is(const farm_ht *h, const uint8_t *img, unsigned slot,
                           uint8_t hdr[8])
 {
 	const struct ht_smap *m = &h->smap[slot];
-	if (m->hdr_whole) {
+	if (m->hdr_whole)
 		memcpy(hdr, img + m->hdr, 8);
-	} else { /* across a line's version: its two pieces */
-		memcpy(hdr, img + m->hdr_at[0], m->hdr_n[0]);
-		memcpy(hdr + m->hdr_n[0], img + m->hdr_at[1], m->hdr_n[1]);
-	}
+	else
+		farm_ht_pair_slot_read(h, img, slot, 0, 8, hdr);
 	if (!(hdr[0] & SLOT_USED) || hdr[1] != (klen > h->K ? 0 : klen))
 		return false;
 	if (klen <= h->K)
@@ -148,56 +145,14 @@ bool farm_ht_pair_slot_is(const farm_ht *h, const uint8_t *img, unsigned slot,
 	return (hdr[0] & SLOT_LONGKEY) && key_eq(img, m, hb, 8);
 }
 
-/* One bit (the top of its byte) for each of the 8 tags in @tags equal
- * to @tag: a SWAR compare, exact (no carry crosses a byte). */
-static inline uint64_t tag_hits(uint64_t tags, uint8_t tag)
-{
-	const uint64_t lo7 = 0x7f7f7f7f7f7f7f7full;
-	uint64_t x = tags ^ (0x0101010101010101ull * tag);
-	return ~(((x & lo7) + lo7) | x | lo7);
-}
-
-/* Slots [@lo, @hi) of the pair's bucket @j (0: b, 1: b + 1), only those
- * whose tag is the key's: line 0's tags first, then a candidate's own
- * lines, so a search reads the lines of the slot it finds and no other
- * slot's. A tag only narrows the search; farm_ht_pair_slot_is decides. */
-static int find_tagged(const farm_ht *h, const uint8_t *img, unsigned j,
-                       unsigned lo, unsigned hi, const void *key, uint32_t klen,
-                       uint64_t hash, uint8_t hdr[8])
-{
-	unsigned first = j * h->spb;
-	uint64_t tags =
-	        get64(img + 64u * h->bucket_lines * j + img_off(B_TAGS(0u)));
-	uint64_t m = tag_hits(tags, tag_of(hash));
-	/* the slots asked for: bytes lo - first .. hi - first */
-	m &= ~0ull >> (8u * (8u - (hi - first)));
-	m >>= 8u * (lo - first); /* slot lo's bit at 0x80 */
-	/* Slot by slot, a branch on each tag: a slot's address does not
-	 * depend on the tags' load, so its lines' loads may start before
-	 * line 0 is here (a candidate found by the tags' bits would wait for
-	 * line 0, then for the slot's lines). */
-	for (unsigned i = lo; m && i < hi; i++, m >>= 8)
-		if ((m & 0x80u) &&
-		    farm_ht_pair_slot_is(h, img, i, key, klen, hash, hdr))
-			return (int)i;
-	return -1;
-}
-
 int farm_ht_pair_find_in(const farm_ht *h, const uint8_t *img, unsigned lo,
                          unsigned hi, const void *key, uint32_t klen,
                          uint64_t hash, uint8_t hdr[8])
 {
-	unsigned spb = h->spb;
-	if (hi <= lo)
-		return -1;
-	if (lo < spb) {
-		int i = find_tagged(h, img, 0, lo, hi < spb ? hi : spb, key,
-		                    klen, hash, hdr);
-		if (i >= 0 || hi <= spb)
-			return i;
-		lo = spb;
-	}
-	return find_tagged(h, img, 1, lo, hi, key, klen, hash, hdr);
+	for (unsigned i = lo; i < hi; i++)
+		if (farm_ht_pair_slot_is(h, img, i, key, klen, hash, hdr))
+			return (int)i;
+	return -1;
 }
 
 int farm_ht_pair_find(const farm_ht *h, const uint8_t *img, const void *key,
@@ -205,21 +160,6 @@ int farm_ht_pair_find(const farm_ht *h, const uint8_t *img, const void *key,
 {
 	return farm_ht_pair_find_in(h, img, 0, 2 * h->spb, key, klen, hash,
 	                            hdr);
-}
-
-/* Line @l of the pair at @pair copied as one instant into @img, and of
- * version @v16 (line 0's). */
-static bool slot_line(const uint8_t *pair, uint8_t *img, unsigned l,
-                      uint16_t v16)
-{
-	const uint8_t *p = pair + 64u * l;
-	uint16_t x;
-	if (!farm_line_copy(img + 64u * l, p, 64,
-	                    (const _Atomic uint64_t *)(const void *)p,
-	                    LINE_TRIES))
-		return false;
-	memcpy(&x, img + 64u * l, 2);
-	return x == v16 || FARM_FAULT_SWITCH(FARM_FP_HT_SLOT_NO_CHECK);
 }
 
 int farm_ht_pair_slot_copy(const farm_ht *h, const uint8_t *pair, unsigned slot,
@@ -241,16 +181,19 @@ int farm_ht_pair_slot_copy(const farm_ht *h, const uint8_t *pair, unsigned slot,
 	if (rc || farm_incarn_lines(w) < L)
 		return FARM_ECORRUPT; /* not a bucket */
 	uint16_t v16 = obj_v16(v);
-	/* The slot's lines (line 0 holds the header alone), each of line
-	 * 0's version; the window between the first and the rest is where
-	 * a test installs a new version. */
-	unsigned l = m->line_lo > b0 ? m->line_lo : b0 + 1;
-	if (!slot_line(pair, img, l, v16))
-		return -EAGAIN;
 	FARM_FAULT_POINT(FARM_FP_HT_SLOT_WINDOW);
-	while (++l <= m->line_hi)
-		if (!slot_line(pair, img, l, v16))
+	for (unsigned l = m->line_lo > b0 ? m->line_lo : b0 + 1;
+	     l <= m->line_hi; l++) {
+		const uint8_t *p = pair + 64u * l;
+		uint16_t x;
+		if (!farm_line_copy(img + 64u * l, p, 64,
+		                    (const _Atomic uint64_t *)(const void *)p,
+		                    LINE_TRIES))
 			return -EAGAIN;
+		memcpy(&x, img + 64u * l, 2);
+		if (x != v16 && !FARM_FAULT_SWITCH(FARM_FP_HT_SLOT_NO_CHECK))
+			return -EAGAIN;
+	}
 	return 0;
 }
 

@@ -12,8 +12,6 @@
 #include <limits.h>
 #include <string.h>
 
-#include "util/fault.h"
-
 static farm_gaddr bucket_addr(const farm_ht *h, const struct farm_ht_shard *sd,
                               uint32_t b)
 {
@@ -59,23 +57,6 @@ int farm_ht_bump_pairs(struct wctx *w, uint32_t x)
 		put64(B_BWD(by1), v);
 	}
 	return 0;
-}
-
-/* Slot @i of bucket data @bd now holds a pair whose tag is @tag (tag_of
- * its hash), or nothing (@tag 0). Written in the same transaction as the
- * slot, so a bucket's image holds the two of one commit. */
-static void tag_set(uint8_t *bd, unsigned i, uint8_t tag)
-{
-	B_TAGS(bd)[i] = tag;
-}
-
-/* As tag_set, for a pair moved into the slot (a hop, a chain's pair
- * pulled back): FARM_FP_HT_TAG_STALE leaves the old tag, a write path
- * that forgot it (test_ht --broken-tags). */
-static void tag_moved(uint8_t *bd, unsigned i, uint8_t tag)
-{
-	if (!FARM_FAULT_SWITCH(FARM_FP_HT_TAG_STALE))
-		tag_set(bd, i, tag);
 }
 
 static void fill_slot(const farm_ht *h, uint8_t *s, const uint8_t *key,
@@ -220,8 +201,6 @@ static int move_pair(struct wctx *w, uint32_t from, unsigned fs, uint32_t to,
 		return rc;
 	memcpy(slot_at(h, pt, ts), slot_at(h, pf, fs), h->slot_bytes);
 	memset(slot_at(h, pf, fs), 0, h->slot_bytes);
-	tag_moved(pt, ts, B_TAGS(pf)[fs]);
-	tag_set(pf, fs, 0);
 	if ((rc = farm_ht_bump_pairs(w, to)) ||
 	    (rc = farm_ht_bump_pairs(w, from)))
 		return rc;
@@ -420,7 +399,6 @@ static int evict_move(struct wctx *w, const struct evict_pick *p, uint32_t *ob,
 		return rc;
 	memcpy(cs, slot_at(h, bd, p->bs), h->slot_bytes);
 	memset(slot_at(h, bd, p->bs), 0, h->slot_bytes);
-	tag_set(bd, p->bs, 0);
 	if ((rc = farm_ht_stamp_block(w, blk, p->bh)) ||
 	    (rc = farm_ht_bump_pairs(w, p->by)))
 		return rc;
@@ -488,7 +466,6 @@ int farm_ht_apply_put(struct wctx *w, const uint8_t *key, uint32_t klen,
 		if ((rc = drop_indirect(w, s)))
 			return rc;
 		place(w, s, key, klen, hash, val, vlen);
-		tag_set(bd, lc.slot, tag_of(hash));
 		return 0;
 	}
 	if (lc.where == 2) { /* update in its chain block */
@@ -528,7 +505,6 @@ int farm_ht_apply_put(struct wctx *w, const uint8_t *key, uint32_t klen,
 	if ((rc = farm_ht_wbucket(w, b, &bd)))
 		return rc;
 	place(w, slot_at(h, bd, si), key, klen, hash, val, vlen);
-	tag_set(bd, si, tag_of(hash));
 	return farm_ht_bump_pairs(w, b);
 }
 
@@ -613,7 +589,6 @@ static int pull_back(struct wctx *w, uint32_t x, unsigned xs)
 	    (rc = farm_ht_wbucket(w, bp, &bd)) ||
 	    (rc = farm_ht_chain_pop(w, bc, last, prev, slot_at(h, bd, xs))))
 		return rc;
-	tag_moved(bd, xs, tag_of(slot_hash(h, slot_at(h, bd, xs))));
 	return farm_ht_bump_pairs(w, bp);
 }
 
@@ -658,7 +633,6 @@ int farm_ht_apply_del(struct wctx *w, const uint8_t *key, uint32_t klen,
 	if ((rc = drop_indirect(w, s)))
 		return rc;
 	memset(s, 0, h->slot_bytes);
-	tag_set(bd, lc.slot, 0);
 	if ((rc = farm_ht_bump_pairs(w, lc.bucket)))
 		return rc;
 	/* The freed slot takes the last pair of a chain in reach. */

@@ -275,20 +275,14 @@ enum farm_fault_point {
 	 * for). */
 	FARM_FP_REC_SUSPECT_AS_DEAD,
 	/* hashtable/ht_pair.c (farm_ht_pair_slot_copy), a delay point: a
-	 * found key's slot being copied alone, its bucket's line 0 and the
-	 * slot's first line copied, its later lines not yet
-	 * (tests/test_ht_batch.c installs a new version of the bucket
-	 * there). */
+	 * found key's slot being copied alone, its bucket's line 0 copied and
+	 * the lines holding the slot not yet (tests/test_ht_batch.c installs
+	 * a new version of the bucket there). */
 	FARM_FP_HT_SLOT_WINDOW,
 	/* ht_pair.c, a switch: while hooked, those later lines' versions are
 	 * not compared with line 0's, so a slot of two versions of its bucket
 	 * is taken (test_ht_batch --broken must see a torn value). */
 	FARM_FP_HT_SLOT_NO_CHECK,
-	/* hashtable/ht_write.c, a switch: while hooked, a pair moved into a
-	 * bucket slot (a hop, a chain's pair pulled back) leaves that slot's
-	 * tag as it was (test_ht --broken-tags must see a present key
-	 * answered absent). */
-	FARM_FP_HT_TAG_STALE,
 	/* hashtable/ht_ship.c, a delay point: a batch of shipped writes
 	 * about to start on the shard's owner, after they were accepted
 	 * (tests/test_ht.c moves the shard's region away there). */
