@@ -21,6 +21,7 @@
 
 #include "node/rejoin.h"
 #include "node/restart_int.h"
+#include "util/wire.h"
 
 #define RS (1ull << 20)
 /* A manifest of two regions (the header holds a view's members). */
@@ -78,6 +79,7 @@ static size_t manifest(const struct farm_config *c, uint64_t cfgid,
 	struct man_hdr *h = (struct man_hdr *)(void *)buf;
 	h->magic = MAN_MAGIC;
 	h->layout = MAN_LAYOUT;
+	h->wire = FARM_WIRE_VERSION;
 	h->machine = c->machine_id;
 	h->region_size = RS;
 	h->config_id = cfgid;

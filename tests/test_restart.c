@@ -37,7 +37,7 @@
  *   damaged   one machine with static membership writes an object and
  *             shuts down cleanly; copies of its directory are damaged (a
  *             region file's magic, the manifest's trailer, the log's
- *             size) or started as another machine or as a machine of
+ *             size, the wire version the manifest names) or started as another machine or as a machine of
  *             another cluster: each start is refused
  *             with the file and offset named, and every file is left as
  *             it was (names, sizes, bytes). The intact directory
@@ -72,9 +72,11 @@
 
 #include "coord/membership.h"
 #include "node/restart.h"
+#include "node/restart_int.h"
 #include "txn/object.h"
 #include "replicas.h"
 #include "util/fault.h"
+#include "util/wire.h"
 #include "brokenarg.h"
 
 #ifndef FARM_SOURCE_DIR
@@ -1067,6 +1069,37 @@ static void dd_torn(const char *good, struct fails *fl)
 		       rc ? err : "accepted");
 }
 
+/* The manifest says another wire version wrote the directory (its sum
+ * made good again): the data's layouts may differ from this build's. */
+static void dd_wire(const char *good, struct fails *fl)
+{
+	char d[200], f[700], err[768];
+	dd_copy(good, "wire", d, sizeof(d));
+	snprintf(f, sizeof(f), "%s/%s", d, FARM_MANIFEST_FILE);
+	struct stat st;
+	assert_int_equal(stat(f, &st), 0);
+	size_t n = (size_t)st.st_size;
+	uint8_t *b = malloc(n);
+	assert_non_null(b);
+	int fd = open(f, O_RDWR);
+	assert_true(fd >= 0);
+	assert_int_equal(pread(fd, b, n, 0), (ssize_t)n);
+	struct man_hdr *h = (struct man_hdr *)(void *)b;
+	h->wire = FARM_WIRE_VERSION + 1;
+	struct man_tail t;
+	memcpy(&t, b + n - sizeof(t), sizeof(t));
+	t.sum = farm_rst_fnv1a(b, n - sizeof(t));
+	memcpy(b + n - sizeof(t), &t, sizeof(t));
+	assert_int_equal(pwrite(fd, b, n, 0), (ssize_t)n);
+	close(fd);
+	free(b);
+	int rc = dd_try(d, 0, err, sizeof(err));
+	printf("another wire version's: %s\n", rc ? err : "accepted");
+	if (!dd_refused(rc, err, -EPROTO, FARM_MANIFEST_FILE, "wire version"))
+		failed(fl, "another wire version's directory: %s (%s)",
+		       farm_strerror(rc), rc ? err : "accepted");
+}
+
 /* The log's size. */
 static void dd_logsize(const char *good, struct fails *fl)
 {
@@ -1169,6 +1202,7 @@ static void test_damaged(void **state)
 	struct fails fl = {0};
 	dd_magic(good, &fl);
 	dd_torn(good, &fl);
+	dd_wire(good, &fl);
 	dd_logsize(good, &fl);
 	dd_foreign(good, &fl);
 	if (!broken_check)

@@ -46,6 +46,7 @@
 #include "coord/membership.h"
 #include "node/restart_int.h"
 #include "util/log.h"
+#include "util/wire.h"
 
 #define RJ_PATH (FARM_CONFIG_STR + 96)
 
@@ -108,7 +109,8 @@ static bool man_ok(const struct farm_config *cfg, const uint8_t *b, size_t n)
 	return t.magic == MAN_END && t.len == n &&
 	       t.sum == farm_rst_fnv1a(b, n - sizeof(t)) &&
 	       h->magic == MAN_MAGIC && h->layout == MAN_LAYOUT &&
-	       h->machine == cfg->machine_id && h->region_size == rsize &&
+	       h->wire == FARM_WIRE_VERSION && h->machine == cfg->machine_id &&
+	       h->region_size == rsize &&
 	       !strncmp(h->cluster, cluster, sizeof(h->cluster)) &&
 	       h->nregions <=
 	               (n - sizeof(*h) - sizeof(t)) / sizeof(struct man_region);

@@ -15,9 +15,11 @@
 #include "txn/txid.h"
 #include "txn/txm.h"
 
-#define MAN_MAGIC  0x314e414d4d524146ull /* "FARMMAN1" */
-#define MAN_END    0x31444e454d524146ull /* "FARMEND1" */
-#define MAN_LAYOUT 1u
+#define MAN_MAGIC 0x314e414d4d524146ull /* "FARMMAN1" */
+#define MAN_END   0x31444e454d524146ull /* "FARMEND1" */
+/* 2: the header names the wire version of the build that wrote the
+ * directory (man_hdr.wire). */
+#define MAN_LAYOUT 2u
 #define MAN_NAME   64
 #define RLOG_MAGIC 0x32474f4c524d5246ull /* "FRMRLOG2": with rings[] */
 #define RLOG_HDR   256u
@@ -36,6 +38,12 @@ struct man_hdr {
 	uint32_t clean;
 	uint32_t nkept; /* struct man_kept entries after the regions (0 in
 	                   manifests written before they existed) */
+	/* The wire version of the build that wrote it (util/wire.h): the
+	 * layouts at rest (object headers, buckets, nodes, log records) are
+	 * the ones other machines READ, so they change with it, and a
+	 * build of another version must not restart from them. */
+	uint32_t wire;
+	uint32_t pad;
 	uint32_t members[FARM_VIEW_MAX];
 	char cluster[256];
 	char log_file[MAN_NAME];

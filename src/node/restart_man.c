@@ -25,6 +25,7 @@
 #include "util/common.h"
 #include "util/fault.h"
 #include "util/log.h"
+#include "util/wire.h"
 
 uint64_t farm_rst_fnv1a(const void *p, size_t n)
 {
@@ -81,6 +82,7 @@ int farm_rst_man_write(struct farm_restart *rs, bool clean)
 	struct man_hdr *h = (struct man_hdr *)(void *)buf;
 	h->magic = MAN_MAGIC;
 	h->layout = MAN_LAYOUT;
+	h->wire = FARM_WIRE_VERSION;
 	h->machine = rs->me;
 	h->region_size = rs->region_size;
 	snprintf(h->log_file, sizeof(h->log_file), "%s",
@@ -307,10 +309,27 @@ static int man_read(struct farm_restart *rs, const struct farm_config *cfg,
 		            "%s: bad magic at offset 0", path);
 		goto out;
 	}
+	if (h.layout < MAN_LAYOUT) {
+		rc = refuse(err, len, -EPROTO,
+		            "%s: written by an older build (manifest layout "
+		            "%" PRIu32 ", this build's is %u): restart it with "
+		            "the build that wrote it",
+		            path, h.layout, MAN_LAYOUT);
+		goto out;
+	}
 	if (h.layout != MAN_LAYOUT) {
-		rc = refuse(err, len, FARM_ECORRUPT,
-		            "%s: unknown layout %" PRIu32 " at offset 8", path,
-		            h.layout);
+		rc = refuse(err, len, -EPROTO,
+		            "%s: unknown layout %" PRIu32 " at offset 8 (a "
+		            "newer build's, or damaged)",
+		            path, h.layout);
+		goto out;
+	}
+	if (h.wire != FARM_WIRE_VERSION) {
+		rc = refuse(err, len, -EPROTO,
+		            "%s: written by a build of wire version %" PRIu32
+		            ", this build's is %u: its data's layouts differ; "
+		            "restart it with a build of version %" PRIu32,
+		            path, h.wire, FARM_WIRE_VERSION, h.wire);
 		goto out;
 	}
 	if (t.magic != MAN_END) {
