@@ -37,9 +37,10 @@
  *   damaged   one machine with static membership writes an object and
  *             shuts down cleanly; copies of its directory are damaged (a
  *             region file's magic, the manifest's trailer, the log's
- *             size, the wire version the manifest names) or started as another machine or as a machine of
- *             another cluster: each start is refused
- *             with the file and offset named, and every file is left as
+ *             size, the wire version the manifest names) or started
+ *             as another machine or as a machine of another cluster:
+ *             each start is refused with the file and offset named, and
+ *             every file is left as
  *             it was (names, sizes, bytes). The intact directory
  *             restarts, with the object's value. --broken-check: the
  *             check is off (FARM_FP_RESTART_NO_CHECK); the damaged region

@@ -272,6 +272,35 @@ static int check_log(const struct farm_restart *rs, char *err, size_t len)
 	return rc;
 }
 
+/* The manifest header's magic, layout and the wire version that wrote
+ * it: 0, or the refusal (named in @err). */
+static int man_check_hdr(const struct man_hdr *h, const char *path, char *err,
+                         size_t len)
+{
+	if (h->magic != MAN_MAGIC)
+		return refuse(err, len, FARM_ECORRUPT,
+		              "%s: bad magic at offset 0", path);
+	if (h->layout < MAN_LAYOUT)
+		return refuse(err, len, -EPROTO,
+		              "%s: written by an older build (manifest layout "
+		              "%" PRIu32 ", this build's is %u): restart it "
+		              "with the build that wrote it",
+		              path, h->layout, MAN_LAYOUT);
+	if (h->layout != MAN_LAYOUT)
+		return refuse(err, len, -EPROTO,
+		              "%s: unknown layout %" PRIu32 " at offset 8 (a "
+		              "newer build's, or damaged)",
+		              path, h->layout);
+	if (h->wire != FARM_WIRE_VERSION)
+		return refuse(err, len, -EPROTO,
+		              "%s: written by a build of wire version %" PRIu32
+		              ", this build's is %u: its data's layouts "
+		              "differ; restart it with a build of version "
+		              "%" PRIu32,
+		              path, h->wire, FARM_WIRE_VERSION, h->wire);
+	return 0;
+}
+
 static int man_read(struct farm_restart *rs, const struct farm_config *cfg,
                     char *err, size_t len)
 {
@@ -304,34 +333,9 @@ static int man_read(struct farm_restart *rs, const struct farm_config *cfg,
 	memcpy(&h, buf, sizeof(h));
 	struct man_tail t;
 	memcpy(&t, buf + n - sizeof(t), sizeof(t));
-	if (h.magic != MAN_MAGIC) {
-		rc = refuse(err, len, FARM_ECORRUPT,
-		            "%s: bad magic at offset 0", path);
+	rc = man_check_hdr(&h, path, err, len);
+	if (rc)
 		goto out;
-	}
-	if (h.layout < MAN_LAYOUT) {
-		rc = refuse(err, len, -EPROTO,
-		            "%s: written by an older build (manifest layout "
-		            "%" PRIu32 ", this build's is %u): restart it with "
-		            "the build that wrote it",
-		            path, h.layout, MAN_LAYOUT);
-		goto out;
-	}
-	if (h.layout != MAN_LAYOUT) {
-		rc = refuse(err, len, -EPROTO,
-		            "%s: unknown layout %" PRIu32 " at offset 8 (a "
-		            "newer build's, or damaged)",
-		            path, h.layout);
-		goto out;
-	}
-	if (h.wire != FARM_WIRE_VERSION) {
-		rc = refuse(err, len, -EPROTO,
-		            "%s: written by a build of wire version %" PRIu32
-		            ", this build's is %u: its data's layouts differ; "
-		            "restart it with a build of version %" PRIu32,
-		            path, h.wire, FARM_WIRE_VERSION, h.wire);
-		goto out;
-	}
 	if (t.magic != MAN_END) {
 		rc = refuse(err, len, FARM_ECORRUPT,
 		            "%s: torn trailer at offset %zu", path,
