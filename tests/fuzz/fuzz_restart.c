@@ -8,11 +8,11 @@
  *
  * The first input byte picks how the input becomes a manifest. Raw (bit 0
  * clear): the input is the file. Sealed (bit 0 set): the input is the
- * header and entries, and the harness sets the magic, layout, machine,
- * cluster and trailer (length and checksum) right unless bits 1-3 say to
- * spoil one, so the fuzzer reaches the entries. The region files the
- * manifest names exist when bit 4 is set, with the input's first 16
- * bytes as their allocator header.
+ * header and entries, and the harness sets the magic, layout, wire
+ * version, machine, cluster and trailer (length and checksum) right unless
+ * bits 1-3 or 6 say to spoil one, so the fuzzer reaches the entries. The
+ * region files the manifest names exist when bit 4 is set, with the
+ * input's first 16 bytes as their allocator header.
  */
 #include "fuzz_quiet.h"
 #include "node/restart_man.c"
@@ -65,6 +65,7 @@ static size_t seal(uint8_t *buf, size_t n, uint8_t mode)
 	h.nkept %= FARM_RESTART_KEPT_N + 1;
 	h.magic = (mode & 2) ? h.magic : MAN_MAGIC;
 	h.layout = (mode & 4) ? h.layout : MAN_LAYOUT;
+	h.wire = (mode & 64) ? h.wire : FARM_WIRE_VERSION;
 	h.machine = 1;
 	h.region_size = FZ_REGION;
 	snprintf(h.cluster, sizeof(h.cluster), "/farm");
@@ -118,10 +119,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	rs.region_size = FZ_REGION;
 	struct farm_config cfg = {.machine_id = 1};
 	char err[512];
-	/* What a restart may hear from its manifest: accepted, damaged, or
-	 * another cluster's or machine's; on tmpfs, no I/O error. */
+	/* What a restart may hear from its manifest: accepted, damaged,
+	 * another cluster's or machine's, or another build's; on tmpfs, no
+	 * I/O error. */
 	int rc = man_read(&rs, &cfg, err, sizeof(err));
-	if (rc && rc != FARM_ECORRUPT && rc != -EXDEV && rc != -ENOMEM)
+	if (rc && rc != FARM_ECORRUPT && rc != -EXDEV && rc != -EPROTO &&
+	    rc != -ENOMEM)
 		abort();
 	if (rc == 0) {
 		static uint8_t region[FZ_REGION];
