@@ -521,6 +521,26 @@ static inline void post_view_load(const struct shm_ep *ep, struct post_view *v)
 	}
 }
 
+/* The fast paths' checks (farm_wr_check(), local_ok() and
+ * resolve_cached() in one): @wr is an @opcode without flags but SIGNALED,
+ * under the cached key, within @range bytes of its registration, from a
+ * local buffer inside a LOCAL registration of this fabric. */
+static inline bool fast_ok(const struct post_view *v, const farm_wr *wr,
+                           uint16_t opcode, uint64_t range)
+{
+	uint32_t len = wr->len;
+	uint64_t raddr = wr->raddr, off = raddr - v->base;
+	const farm_mr *lmr = wr->lmr;
+	uintptr_t a = (uintptr_t)wr->local;
+	return wr->opcode == opcode &&
+	       !(wr->flags & ~(unsigned)FARM_WR_SIGNALED) &&
+	       wr->rkey == v->key && len != 0 && len <= FARM_FABRIC_MAX_OP &&
+	       raddr >= v->base && len <= range && off <= range - len && a &&
+	       lmr && lmr->fab == v->fab && (lmr->access & FARM_ACCESS_LOCAL) &&
+	       a >= (uintptr_t)lmr->addr && len <= lmr->len &&
+	       a - (uintptr_t)lmr->addr <= lmr->len - len;
+}
+
 /*
  * The post's fast path: a READ of whole lines (objects, bucket pairs)
  * under the cached registration @v. It makes the checks farm_wr_check(),
@@ -538,18 +558,10 @@ static inline void post_view_load(const struct shm_ep *ep, struct post_view *v)
 static inline bool post_read(const struct post_view *v, struct shm_op *op,
                              const farm_wr *wr)
 {
-	uint32_t len = wr->len;
-	uint64_t raddr = wr->raddr, off = raddr - v->base;
-	const farm_mr *lmr = wr->lmr;
-	uintptr_t a = (uintptr_t)wr->local;
-	if (wr->opcode != FARM_WR_READ ||
-	    (wr->flags & ~(unsigned)FARM_WR_SIGNALED) || wr->rkey != v->key ||
-	    len == 0 || len > FARM_FABRIC_MAX_OP || raddr < v->base ||
-	    len > v->len || off > v->len - len || !a || !lmr ||
-	    lmr->fab != v->fab || !(lmr->access & FARM_ACCESS_LOCAL) ||
-	    a < (uintptr_t)lmr->addr || len > lmr->len ||
-	    a - (uintptr_t)lmr->addr > lmr->len - len)
+	if (!fast_ok(v, wr, FARM_WR_READ, v->len))
 		return false;
+	uint32_t len = wr->len;
+	uint64_t off = wr->raddr - v->base;
 	uint8_t *rptr = v->ptr + off;
 	if (((uintptr_t)rptr | len) & (FARM_CL - 1))
 		return false;
@@ -583,18 +595,10 @@ static inline bool post_read(const struct post_view *v, struct shm_op *op,
 static inline bool post_write(const struct post_view *v, struct shm_op *op,
                               const farm_wr *wr)
 {
-	uint32_t len = wr->len;
-	uint64_t raddr = wr->raddr, off = raddr - v->base;
-	const farm_mr *lmr = wr->lmr;
-	uintptr_t a = (uintptr_t)wr->local;
-	if (wr->opcode != FARM_WR_WRITE ||
-	    (wr->flags & ~(unsigned)FARM_WR_SIGNALED) || wr->rkey != v->key ||
-	    len == 0 || len > FARM_FABRIC_MAX_OP || raddr < v->base ||
-	    len > v->wlen || off > v->wlen - len || !a || !lmr ||
-	    lmr->fab != v->fab || !(lmr->access & FARM_ACCESS_LOCAL) ||
-	    a < (uintptr_t)lmr->addr || len > lmr->len ||
-	    a - (uintptr_t)lmr->addr > lmr->len - len)
+	if (!fast_ok(v, wr, FARM_WR_WRITE, v->wlen))
 		return false;
+	uint32_t len = wr->len;
+	uint64_t off = wr->raddr - v->base;
 	op->wr_id = wr->wr_id;
 	op->ready_ns = v->ready;
 	op->local = wr->local;
