@@ -13,6 +13,13 @@
 
 #define RSIZE (1u << 20)
 
+/* The providers' death bound in these tests (set in main), and how long a
+ * test waits for a completion: well past the bound, because a request
+ * to a closed peer may complete only when the bound expires (over a
+ * loaded host the connection's own error can come later than that). */
+#define DEATH_MS "2000"
+#define WC_WAIT_MS 6000
+
 struct fx {
 	char dir_a[256], dir_b[256];
 	char addr_b[256];   /* b's fabric address (shm: dir_b) */
@@ -165,7 +172,7 @@ static void test_read_write_cas(void **state)
 	assert_int_equal(farm_ep_post(f->ep, &w, NULL), 0);
 	memset(msg, 'x', sizeof(msg));
 	farm_wc wc;
-	assert_int_equal(tu_wait_wc(f->cq, &wc, 1000), 1);
+	assert_int_equal(tu_wait_wc(f->cq, &wc, WC_WAIT_MS), 1);
 	assert_int_equal(wc.status, 0);
 	assert_string_equal((char *)f->rbase + 256, "inline payload");
 	/* Zero-length requests succeed and touch nothing. */
@@ -800,7 +807,7 @@ static void test_faults(void **state)
 	assert_int_equal(f->rbase[1024], 0);
 	assert_int_equal(farm_fabric_fault_peer(f->a, 2, FARM_FAULT_PAUSE, 0),
 	                 0);
-	assert_int_equal(tu_wait_wc(f->cq, &wc, 1000), 1);
+	assert_int_equal(tu_wait_wc(f->cq, &wc, WC_WAIT_MS), 1);
 	assert_int_equal(wc.status, 0);
 	assert_int_equal(f->rbase[1024], 0x77);
 	assert_int_equal(farm_fabric_fault_peer(f->a, 99, FARM_FAULT_PAUSE, 1),
@@ -898,7 +905,7 @@ static void test_peer_closed_in_process(void **state)
 	farm_fabric_close(f->b);
 	f->b = NULL;
 	farm_wc wc;
-	assert_int_equal(tu_wait_wc(f->cq, &wc, 1000), 1);
+	assert_int_equal(tu_wait_wc(f->cq, &wc, WC_WAIT_MS), 1);
 	if (!tu_is_shm() && wc.status == FARM_EREMOTE_KEY) {
 		/* udp: the target served it between the region's going and
 		 * its fabric's close; the endpoint is in the error state. */
@@ -1002,8 +1009,8 @@ int main(void)
 	 * peer's answers past it: at 500 ms, udp's connects and paused
 	 * WRITEs failed -ETIMEDOUT or FARM_EPEERDEAD in 6 of 14 runs at load
 	 * 13-17. */
-	setenv("FARM_OFI_TIMEOUT_MS", "2000", 0);
-	setenv("FARM_UDP_TIMEOUT_MS", "2000", 0);
+	setenv("FARM_OFI_TIMEOUT_MS", DEATH_MS, 0);
+	setenv("FARM_UDP_TIMEOUT_MS", DEATH_MS, 0);
 	const struct CMUnitTest tests[] = {
 	        cmocka_unit_test_setup_teardown(test_open_errors, setup,
 	                                        teardown),
