@@ -17,7 +17,7 @@
  * test waits for a completion: well past the bound, because a request
  * to a closed peer may complete only when the bound expires (over a
  * loaded host the connection's own error can come later than that). */
-#define DEATH_MS "2000"
+#define DEATH_MS   "2000"
 #define WC_WAIT_MS 6000
 
 struct fx {
@@ -410,20 +410,19 @@ static void stale_after_use(struct fx *f)
 	farm_ep_destroy(ep);
 }
 
-/* test_bad_input's READs again, each on an endpoint whose last request
- * used the same key, of whole aligned lines: what a provider keeps of a
- * key it resolved (shm's post fast path, its cached registration) must
- * refuse them as the first lookup does. */
-static void test_bad_input_warm(void **state)
+/* The bad requests both warm tests share, each posted on an endpoint whose
+ * last request was @good under the same key: out of the region, a wrong
+ * key, and on the local side past its registration, none, another
+ * fabric's. @op is READ or WRITE; @lbuf is the local buffer the bad ones
+ * name. */
+static void bad_after_good(struct fx *f, farm_wr good, int op, void *lbuf)
 {
-	struct fx *f = *state;
-	memset(f->rbase, 0x5a, RSIZE);
-	uint8_t *dst = f->buf;
 	farm_mr_desc d = f->rd;
-	farm_wr good = farm_wr_read(1, dst + 4096, f->lmr, 64, &d, 128);
-	farm_wr w = farm_wr_read(2, dst, f->lmr, 64, &d, RSIZE);
+	farm_wr w = farm_wr_read(2, lbuf, f->lmr, 64, &d, RSIZE);
+	w.opcode = op;
 	assert_int_equal(bad_after(f, good, w), FARM_EREMOTE_ACCESS);
-	w = farm_wr_read(2, dst, f->lmr, 128, &d, RSIZE - 64);
+	w.len = 128;
+	w.raddr = d.addr + RSIZE - 64;
 	assert_int_equal(bad_after(f, good, w), FARM_EREMOTE_ACCESS);
 	w.len = 64;
 	w.raddr = d.addr - 64;
@@ -433,19 +432,41 @@ static void test_bad_input_warm(void **state)
 	w.raddr = d.addr;
 	w.rkey = d.key ^ (1ull << 40);
 	assert_int_equal(bad_after(f, good, w), FARM_EREMOTE_KEY);
-	/* The local side: past its registration, none, another fabric's
-	 * (shm). */
 	w = farm_wr_read(2, f->buf + 16384 - 64, f->lmr, 128, &d, 0);
+	w.opcode = op;
 	assert_int_equal(bad_after(f, good, w), FARM_ELOCAL_ACCESS);
-	w = farm_wr_read(2, dst, NULL, 64, &d, 0);
+	w.len = 64;
+	w.local = lbuf;
+	w.lmr = NULL;
 	assert_int_equal(bad_after(f, good, w), FARM_ELOCAL_ACCESS);
 	farm_mr *theirs;
 	assert_int_equal(
 	        farm_mr_reg(f->b, f->rbase, 4096, FARM_ACCESS_LOCAL, &theirs),
 	        0);
-	w = farm_wr_read(2, f->rbase, theirs, 64, &d, 0);
+	w.local = f->rbase;
+	w.lmr = theirs;
 	assert_int_equal(bad_after(f, good, w), FARM_ELOCAL_ACCESS);
 	farm_mr_dereg(theirs);
+}
+
+static void assert_region_untouched(struct fx *f)
+{
+	for (size_t i = 0; i < RSIZE; i++)
+		if (f->rbase[i] != 0x5a)
+			fail_msg("byte %zu of the region changed", i);
+}
+
+/* test_bad_input's READs again, each on an endpoint whose last request
+ * used the same key, of whole aligned lines: what a provider keeps of a
+ * key it resolved (shm's post fast path, its cached registration) must
+ * refuse them as the first lookup does. */
+static void test_bad_input_warm(void **state)
+{
+	struct fx *f = *state;
+	memset(f->rbase, 0x5a, RSIZE);
+	uint8_t *dst = f->buf;
+	farm_wr good = farm_wr_read(1, dst + 4096, f->lmr, 64, &f->rd, 128);
+	bad_after_good(f, good, FARM_WR_READ, dst);
 	/* A key used for a WRITE, without the right to READ. */
 	farm_mr *wo;
 	assert_int_equal(farm_mr_reg(f->b, f->rbase + 4096, 4096,
@@ -454,7 +475,7 @@ static void test_bad_input_warm(void **state)
 	farm_mr_desc wod = farm_mr_describe(wo);
 	memset(dst + 8192, 0x5a, 64); /* what the region holds already */
 	farm_wr wr_ok = farm_wr_write(1, dst + 8192, f->lmr, 64, &wod, 0);
-	w = farm_wr_read(2, dst, f->lmr, 64, &wod, 0);
+	farm_wr w = farm_wr_read(2, dst, f->lmr, 64, &wod, 0);
 	assert_int_equal(bad_after(f, wr_ok, w), FARM_EREMOTE_ACCESS);
 	farm_mr_dereg(wo);
 	/* Not on ofi: there a request under a key deregistered after the
@@ -470,9 +491,7 @@ static void test_bad_input_warm(void **state)
 	/* The good READs read what is there; nothing changed the target. */
 	for (size_t i = 0; i < 64; i++)
 		assert_int_equal(dst[4096 + i], 0x5a);
-	for (size_t i = 0; i < RSIZE; i++)
-		if (f->rbase[i] != 0x5a)
-			fail_msg("byte %zu of the region changed", i);
+	assert_region_untouched(f);
 }
 
 /* The same for WRITEs, which take a fast path of their own under the key
@@ -485,32 +504,8 @@ static void test_bad_write_warm(void **state)
 	uint8_t *src = f->buf;
 	memset(src, 0x5a, 4096);        /* the good WRITE's: what is there */
 	memset(src + 4096, 0xa5, 4096); /* the bad ones' */
-	farm_mr_desc d = f->rd;
-	farm_wr good = farm_wr_write(1, src, f->lmr, 64, &d, 128);
-	farm_wr w = farm_wr_write(2, src + 4096, f->lmr, 64, &d, RSIZE);
-	assert_int_equal(bad_after(f, good, w), FARM_EREMOTE_ACCESS);
-	w = farm_wr_write(2, src + 4096, f->lmr, 128, &d, RSIZE - 64);
-	assert_int_equal(bad_after(f, good, w), FARM_EREMOTE_ACCESS);
-	w.len = 64;
-	w.raddr = d.addr - 64;
-	assert_int_equal(bad_after(f, good, w), FARM_EREMOTE_ACCESS);
-	w.raddr = UINT64_MAX - 63;
-	assert_int_equal(bad_after(f, good, w), FARM_EREMOTE_ACCESS);
-	w.raddr = d.addr;
-	w.rkey = d.key ^ (1ull << 40);
-	assert_int_equal(bad_after(f, good, w), FARM_EREMOTE_KEY);
-	/* The local side: past its registration, none, another fabric's. */
-	w = farm_wr_write(2, f->buf + 16384 - 64, f->lmr, 128, &d, 0);
-	assert_int_equal(bad_after(f, good, w), FARM_ELOCAL_ACCESS);
-	w = farm_wr_write(2, src + 4096, NULL, 64, &d, 0);
-	assert_int_equal(bad_after(f, good, w), FARM_ELOCAL_ACCESS);
-	farm_mr *theirs;
-	assert_int_equal(
-	        farm_mr_reg(f->b, f->rbase, 4096, FARM_ACCESS_LOCAL, &theirs),
-	        0);
-	w = farm_wr_write(2, f->rbase, theirs, 64, &d, 0);
-	assert_int_equal(bad_after(f, good, w), FARM_ELOCAL_ACCESS);
-	farm_mr_dereg(theirs);
+	farm_wr good = farm_wr_write(1, src, f->lmr, 64, &f->rd, 128);
+	bad_after_good(f, good, FARM_WR_WRITE, src + 4096);
 	/* A key used for a READ, without the right to WRITE. */
 	farm_mr *ro;
 	assert_int_equal(
@@ -518,12 +513,10 @@ static void test_bad_write_warm(void **state)
 	        0);
 	farm_mr_desc rod = farm_mr_describe(ro);
 	farm_wr rd_ok = farm_wr_read(1, src + 8192, f->lmr, 64, &rod, 0);
-	w = farm_wr_write(2, src + 4096, f->lmr, 64, &rod, 0);
+	farm_wr w = farm_wr_write(2, src + 4096, f->lmr, 64, &rod, 0);
 	assert_int_equal(bad_after(f, rd_ok, w), FARM_EREMOTE_ACCESS);
 	farm_mr_dereg(ro);
-	for (size_t i = 0; i < RSIZE; i++)
-		if (f->rbase[i] != 0x5a)
-			fail_msg("byte %zu of the region changed", i);
+	assert_region_untouched(f);
 }
 
 /* ofi: the target tells a fenced holder so (a FENCED notice, best
