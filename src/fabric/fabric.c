@@ -354,6 +354,20 @@ int farm_fabric_admit(farm_fabric *fab, uint32_t peer_id, const char *addr)
 	return fab->ops->admit(fab, peer_id, addr);
 }
 
+void farm_faults_apply(struct farm_faults *x, enum farm_fault f, uint64_t arg)
+{
+	switch (f) {
+	case FARM_FAULT_CLEAR:
+		atomic_store(&x->delay_ns, 0);
+		atomic_store(&x->fail, 0);
+		atomic_store(&x->pause, 0);
+		break;
+	case FARM_FAULT_DELAY: atomic_store(&x->delay_ns, arg); break;
+	case FARM_FAULT_FAIL: atomic_store(&x->fail, arg != 0); break;
+	case FARM_FAULT_PAUSE: atomic_store(&x->pause, arg != 0); break;
+	}
+}
+
 int farm_fabric_fault_peer(farm_fabric *fab, uint32_t peer_id,
                            enum farm_fault f, uint64_t arg)
 {

@@ -782,24 +782,10 @@ static bool ofi_ep_usable(const farm_ep *fep)
 	return !ep->err_state && !ep->closed && !ofi_peer_dead(ep);
 }
 
-static int set_fault(struct ofi_faults *x, enum farm_fault fl, uint64_t arg)
-{
-	switch (fl) {
-	case FARM_FAULT_CLEAR:
-		atomic_store(&x->delay_ns, 0);
-		atomic_store(&x->fail, 0);
-		atomic_store(&x->pause, 0);
-		return 0;
-	case FARM_FAULT_DELAY: atomic_store(&x->delay_ns, arg); return 0;
-	case FARM_FAULT_FAIL: atomic_store(&x->fail, arg != 0); return 0;
-	case FARM_FAULT_PAUSE: atomic_store(&x->pause, arg != 0); return 0;
-	}
-	return -EINVAL;
-}
-
 static int ofi_ep_fault(farm_ep *fep, enum farm_fault fl, uint64_t arg)
 {
-	return set_fault(&((struct ofi_ep *)fep)->faults, fl, arg);
+	farm_faults_apply(&((struct ofi_ep *)fep)->faults, fl, arg);
+	return 0;
 }
 
 static int ofi_fault_peer(farm_fabric *fab, uint32_t peer_id,
@@ -813,7 +799,8 @@ static int ofi_fault_peer(farm_fabric *fab, uint32_t peer_id,
 	pthread_mutex_unlock(&f->drain);
 	if (!found || peer_id >= OFI_MAX_PEERS)
 		return -ENOENT;
-	return set_fault(&f->peers[peer_id].faults, fl, arg);
+	farm_faults_apply(&f->peers[peer_id].faults, fl, arg);
+	return 0;
 }
 
 int farm_ofi_stats(const farm_fabric *fab, struct farm_ofi_stats *out)

@@ -141,12 +141,6 @@ struct ofi_slot {
 
 struct ofi_fabric;
 
-/* Injected faults (tests), kept before libfabric is called. */
-struct ofi_faults {
-	_Atomic uint64_t delay_ns;
-	_Atomic int fail, pause;
-};
-
 struct ofi_ep {
 	struct farm_ep base;
 	struct ofi_fabric *fab;
@@ -165,8 +159,8 @@ struct ofi_ep {
 	bool sw_failed; /* a request failed at post: later ones flush */
 	bool kick;      /* in the drainer's list (drain lock held) */
 	pthread_mutex_t lock;
-	/* faults */
-	struct ofi_faults faults; /* on this endpoint */
+	/* injected faults (tests), applied before libfabric is called */
+	struct farm_faults faults; /* on this endpoint */
 	/* the peer's registration table: where, and our copy */
 	uint64_t tab_key, tab_addr, tab_len;
 	struct ofi_tent *cache;
@@ -240,8 +234,8 @@ struct ofi_peer {
 	 * has a new address. Endpoints to another address are an earlier
 	 * holder's: unusable, and their failures are not the id's death. */
 	_Atomic fi_addr_t dest;
-	struct ofi_faults faults; /* on every endpoint to it */
-	unsigned neps;            /* endpoints to it (drain lock) */
+	struct farm_faults faults; /* on every endpoint to it */
+	unsigned neps;             /* endpoints to it (drain lock) */
 	struct ofi_hb hb;
 };
 

@@ -11,6 +11,7 @@
 #define FARM_FABRIC_PROVIDER_H
 
 #include <errno.h>
+#include <stdatomic.h>
 
 #include <farm/fabric.h>
 
@@ -33,6 +34,16 @@ uint32_t farm_fabric_wire_own(void);
 /* A peer refused for its wire version: logged, naming both. -EPROTO. */
 int farm_fabric_wire_refused(const farm_fabric *fab, uint32_t peer,
                              const char *where, uint32_t theirs);
+
+/* The faults injected on an endpoint or on every endpoint to a peer
+ * (farm_ep_fault, farm_fabric_fault_peer), read by the provider's data
+ * path; fabric.c has checked @f. */
+struct farm_faults {
+	_Atomic uint64_t delay_ns;
+	atomic_int fail, pause;
+};
+
+void farm_faults_apply(struct farm_faults *x, enum farm_fault f, uint64_t arg);
 
 struct farm_mem {
 	farm_fabric *fab;

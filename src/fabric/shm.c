@@ -886,23 +886,9 @@ static bool shm_ep_usable(const farm_ep *e)
 	return ep->state == EP_OK && peer_alive(ep->peer);
 }
 
-static void apply_fault(struct shm_faults *fs, enum farm_fault f, uint64_t arg)
-{
-	switch (f) {
-	case FARM_FAULT_CLEAR:
-		atomic_store(&fs->delay_ns, 0);
-		atomic_store(&fs->fail, 0);
-		atomic_store(&fs->pause, 0);
-		break;
-	case FARM_FAULT_DELAY: atomic_store(&fs->delay_ns, arg); break;
-	case FARM_FAULT_FAIL: atomic_store(&fs->fail, arg != 0); break;
-	case FARM_FAULT_PAUSE: atomic_store(&fs->pause, arg != 0); break;
-	}
-}
-
 static int shm_ep_fault(farm_ep *e, enum farm_fault f, uint64_t arg)
 {
-	apply_fault(&((struct shm_ep *)e)->faults, f, arg);
+	farm_faults_apply(&((struct shm_ep *)e)->faults, f, arg);
 	return 0;
 }
 
@@ -914,7 +900,7 @@ static int shm_fault_peer(farm_fabric *f, uint32_t peer_id, enum farm_fault fl,
 	pthread_mutex_lock(&fab->lock);
 	for (struct shm_peer *p = fab->peers; p; p = p->next) {
 		if (p->id == peer_id) {
-			apply_fault(&p->faults, fl, arg);
+			farm_faults_apply(&p->faults, fl, arg);
 			rc = 0;
 		}
 	}

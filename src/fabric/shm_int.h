@@ -95,12 +95,6 @@ struct shm_fmap { /* one mapping of a peer's file; immutable once published */
 	struct shm_fmap *retired_next;
 };
 
-struct shm_faults {
-	_Atomic uint64_t delay_ns;
-	atomic_int fail;
-	atomic_int pause;
-};
-
 struct shm_fabric;
 
 struct shm_peer {
@@ -113,7 +107,7 @@ struct shm_peer {
 	uint64_t incarnation;
 	int pidfd; /* -1 for a peer in this process */
 	atomic_int dead;
-	struct shm_faults faults; /* fabric-level faults on this peer */
+	struct farm_faults faults; /* fabric-level faults on this peer */
 	pthread_mutex_t map_lock;
 	_Atomic(struct shm_fmap *) fmap[SHM_MAX_FILES];
 	struct shm_fmap *retired;
@@ -171,7 +165,7 @@ struct shm_ep {
 	int state;
 	bool shared;
 	pthread_mutex_t lock;
-	struct shm_faults faults;
+	struct farm_faults faults;
 	/* The last registration resolved (valid while its entry keeps the
 	 * key's generation: entries are never rewritten under one). */
 	uint64_t rc_key;

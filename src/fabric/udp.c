@@ -489,24 +489,10 @@ static int udp_cq_poll(farm_cq *fcq, int n, farm_wc *wc)
 
 /* ---- faults, fencing, death -------------------------------------------- */
 
-static int set_fault(struct udp_faults *x, enum farm_fault fl, uint64_t arg)
-{
-	switch (fl) {
-	case FARM_FAULT_CLEAR:
-		atomic_store(&x->delay_ns, 0);
-		atomic_store(&x->fail, 0);
-		atomic_store(&x->pause, 0);
-		return 0;
-	case FARM_FAULT_DELAY: atomic_store(&x->delay_ns, arg); return 0;
-	case FARM_FAULT_FAIL: atomic_store(&x->fail, arg != 0); return 0;
-	case FARM_FAULT_PAUSE: atomic_store(&x->pause, arg != 0); return 0;
-	}
-	return -EINVAL;
-}
-
 static int udp_ep_fault(farm_ep *fep, enum farm_fault fl, uint64_t arg)
 {
-	return set_fault(&((struct udp_ep *)fep)->faults, fl, arg);
+	farm_faults_apply(&((struct udp_ep *)fep)->faults, fl, arg);
+	return 0;
 }
 
 static int udp_fault_peer(farm_fabric *fab, uint32_t peer_id,
@@ -520,7 +506,8 @@ static int udp_fault_peer(farm_fabric *fab, uint32_t peer_id,
 	pthread_mutex_unlock(&f->lock);
 	if (!found)
 		return -ENOENT;
-	return set_fault(&f->peers[peer_id].faults, fl, arg);
+	farm_faults_apply(&f->peers[peer_id].faults, fl, arg);
+	return 0;
 }
 
 static int udp_revoke(farm_fabric *fab, uint32_t peer_id)

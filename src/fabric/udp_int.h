@@ -109,11 +109,6 @@ struct udp_mr {
 	uint32_t slot;
 };
 
-struct udp_faults {
-	_Atomic uint64_t delay_ns;
-	atomic_int fail, pause;
-};
-
 /* The target's side of a session: where its replies go and the cache of
  * the last UDP_WINDOW replies, so a duplicate is answered, not redone. */
 struct udp_sess {
@@ -170,7 +165,7 @@ struct udp_ep {
 	uint64_t rto_ns; /* UDP_RTO_NS, doubled by each retransmission */
 	uint64_t nack_q; /* the sequence the last NACK resent from, + 1 */
 	bool closed, err_state, sw_failed;
-	struct udp_faults faults;
+	struct farm_faults faults;
 	struct udp_ep *cq_next;
 };
 
@@ -201,7 +196,7 @@ struct udp_peer {
 	struct sockaddr_storage addr;
 	socklen_t alen;
 	unsigned neps;
-	struct udp_faults faults;
+	struct farm_faults faults;
 };
 
 /* A connect in progress: the dispatch thread fills it from the ACCEPT. */
