@@ -28,8 +28,7 @@
 #include <farm/kv.h>
 #include <farm/node.h>
 
-static char dir[256], conf[300];
-static farm_node *node;
+static struct bc_node one;
 static farm_kv *kv;
 static farm_loop *loop;
 static farm_txm *txm;
@@ -37,38 +36,18 @@ static farm_txm *txm;
 static int setup(void **state)
 {
 	(void)state;
-	tu_tmpdir(dir, sizeof(dir), "btl");
-	snprintf(conf, sizeof(conf), "%s/machine.conf", dir);
-	FILE *f = fopen(conf, "w");
-	if (!f)
+	if (bc_node_open(&one, "btl", "64M", 256))
 		return -1;
-	fprintf(f,
-	        "machine_id = 0\ndata_dir = %s\nregion_size = 64M\n"
-	        "threads = 1\n",
-	        dir);
-	fclose(f);
-	if (farm_node_open_file(conf, &node) ||
-	    farm_kv_create(node, NULL, 256, &kv))
-		return -1;
-	farm_node_set_app_loops(node, true);
-	if (farm_node_start(node, 10000) ||
-	    farm_node_loop_open(node, 0, &loop) ||
-	    farm_node_wait_members(node, 1, 10000) ||
-	    farm_kv_attach(kv, loop) || farm_kv_join_sync(kv, loop, 1, 10000))
-		return -1;
-	txm = farm_node_txm(node);
+	kv = one.kv;
+	loop = one.loop;
+	txm = one.txm;
 	return 0;
 }
 
 static int teardown(void **state)
 {
 	(void)state;
-	farm_kv_detach(kv, loop);
-	farm_node_loop_close(node, loop);
-	farm_node_close(node);
-	farm_kv_destroy(kv);
-	tu_rmtree(dir);
-	return 0;
+	return bc_node_close(&one);
 }
 
 static const struct farm_bt_attr small = {

@@ -1,5 +1,7 @@
 #include "btcheck.h"
 
+#include "tmpdir.h"
+
 size_t bm_find(const struct bmodel *m, uint64_t k, bool *found)
 {
 	size_t lo = 0, hi = m->n;
@@ -169,4 +171,48 @@ int bc_verify_nodes(farm_bt *bt, farm_loop *loop, uint64_t *keys,
 int bc_verify(farm_bt *bt, farm_loop *loop, uint64_t *keys)
 {
 	return bc_verify_nodes(bt, loop, keys, NULL);
+}
+
+int bc_node_open(struct bc_node *o, const char *tag, const char *region_size,
+                 uint32_t buckets)
+{
+	memset(o, 0, sizeof(*o));
+	tu_tmpdir(o->dir, sizeof(o->dir), tag);
+	char conf[300];
+	snprintf(conf, sizeof(conf), "%s/machine.conf", o->dir);
+	FILE *f = fopen(conf, "w");
+	if (!f)
+		return -errno;
+	fprintf(f,
+	        "machine_id = 0\ndata_dir = %s\nregion_size = %s\n"
+	        "threads = 1\n",
+	        o->dir, region_size);
+	fclose(f);
+	int rc = farm_node_open_file(conf, &o->node);
+	if (!rc)
+		rc = farm_kv_create(o->node, NULL, buckets, &o->kv);
+	if (rc)
+		return rc;
+	farm_node_set_app_loops(o->node, true);
+	if ((rc = farm_node_start(o->node, 10000)) ||
+	    (rc = farm_node_loop_open(o->node, 0, &o->loop)) ||
+	    (rc = farm_node_wait_members(o->node, 1, 10000)) ||
+	    (rc = farm_kv_attach(o->kv, o->loop)) ||
+	    (rc = farm_kv_join_sync(o->kv, o->loop, 1, 10000)))
+		return rc;
+	o->txm = farm_node_txm(o->node);
+	return 0;
+}
+
+int bc_node_close(struct bc_node *o)
+{
+	if (o->kv && o->loop)
+		farm_kv_detach(o->kv, o->loop);
+	if (o->loop)
+		farm_node_loop_close(o->node, o->loop);
+	if (o->node)
+		farm_node_close(o->node);
+	if (o->kv)
+		farm_kv_destroy(o->kv);
+	return tu_rmtree(o->dir) ? -1 : 0;
 }
