@@ -50,6 +50,8 @@ struct mg {
 	unsigned first_left; /* first reads not back */
 	unsigned inflight;   /* our lookups in flight */
 	unsigned calls;      /* batches in flight */
+	unsigned first_hits; /* answered by their first read: counted at the end
+	                      */
 	bool busy, again, in_call, retry_posted, sent;
 	uint32_t *firstq, nfirst, firstpos; /* keys waiting for a first read */
 	uint32_t *fullq, nfull, fullpos;    /* ... for a whole lookup */
@@ -104,8 +106,14 @@ static void mg_first_done(farm_loop *loop, void *ctx, int status,
 		}
 	} else {
 		if (status == 0 || status == -ENOENT)
-			farm_stat_add(&m->kv->st[S_FIRST_HITS], 1);
+			m->first_hits++;
 		mg_finish_key(m, i, status, val, len);
+		/* Nothing queued to start and first reads still out: the
+		 * multi-get cannot be done and mg_advance would find nothing
+		 * to do (the common case, once per key). */
+		if (m->first_left && m->fullpos == m->nfull &&
+		    m->firstpos == m->nfirst)
+			return;
 	}
 	mg_advance(m);
 }
@@ -351,12 +359,21 @@ static void mg_free(struct mg *m)
 	free(m);
 }
 
+/* Every key answered: the counters of the whole call (a locked add
+ * each, so once per call rather than per key), then the continuation. */
+static void mg_end(struct mg *m)
+{
+	if (m->first_hits)
+		farm_stat_add(&m->kv->st[S_FIRST_HITS], m->first_hits);
+	m->cont(m->loop, m->ctx);
+	mg_free(m);
+}
+
 static void mg_done_work(farm_loop *loop, void *ctx, int status)
 {
+	(void)loop;
 	(void)status;
-	struct mg *m = ctx;
-	m->cont(loop, m->ctx);
-	mg_free(m);
+	mg_end(ctx);
 }
 
 static void mg_retry(farm_loop *loop, void *ctx, int status)
@@ -405,10 +422,8 @@ static void mg_advance(struct mg *m)
 		}
 	} while (m->again);
 	m->busy = false;
-	if (!m->in_call && m->left == 0 && m->calls == 0 && !m->retry_posted) {
-		m->cont(m->loop, m->ctx);
-		mg_free(m);
-	}
+	if (!m->in_call && m->left == 0 && m->calls == 0 && !m->retry_posted)
+		mg_end(m);
 }
 
 /* Our shard's keys (all of fullq so far), looked up now in groups (the
