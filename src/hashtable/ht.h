@@ -165,6 +165,10 @@ struct farm_ht_usage {
 };
 int farm_ht_usage_local(farm_ht *h, unsigned shard, struct farm_ht_usage *u);
 uint64_t farm_ht_hash(const void *key, uint32_t klen);
+/* farm_ht_hash of each of @n keys, into @out[i] (keys of one length four
+ * at a time: their FNV chains share the multiplier's latency). */
+void farm_ht_hash_many(const uint8_t *const *keys, const uint32_t *klens,
+                       unsigned n, uint64_t *out);
 /* The shard (index in the table's list of @nshards) a key's hash picks:
  * jump consistent hashing. */
 unsigned farm_ht_shard_index(uint64_t hash, unsigned nshards);
@@ -250,12 +254,18 @@ struct farm_ht_lkey {
 	int status;        /* out */
 	const void *val;   /* out */
 	const uint8_t *lp; /* private: the pair here */
-	uint64_t hash;     /* private */
+	uint64_t hash;     /* in for the _hashed call, else private */
 };
 uint32_t farm_ht_batch_bytes(const farm_ht *h);
 int farm_ht_get_local_batch(farm_ht *h, farm_loop *loop,
                             struct farm_ht_lkey *keys, unsigned n,
                             uint8_t *scratch);
+/* As farm_ht_get_local_batch, with each @keys[i].hash already
+ * farm_ht_hash of its key (a caller that hashed the keys to route them:
+ * the KV store's multi-get), not hashed again. */
+int farm_ht_get_local_batch_hashed(farm_ht *h, farm_loop *loop,
+                                   struct farm_ht_lkey *keys, unsigned n,
+                                   uint8_t *scratch);
 
 /* The longest value farm_ht_put takes with a @klen-byte key: the table's
  * limit, or less when key and value would not fit one shipped message

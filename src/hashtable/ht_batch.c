@@ -27,9 +27,10 @@ uint32_t farm_ht_batch_bytes(const farm_ht *h)
 	return h ? 128u * h->bucket_lines : 0;
 }
 
-/* Stage 1 for key @k: hash, home, where its pair is here, or a status
- * that ends it now. */
-static void batch_addr(farm_ht *h, struct htloop *l, struct farm_ht_lkey *k)
+/* Stage 1 for key @k: hash (unless @hashed: the caller's k->hash),
+ * home, where its pair is here, or a status that ends it now. */
+static void batch_addr(farm_ht *h, struct htloop *l, struct farm_ht_lkey *k,
+                       bool hashed)
 {
 	k->lp = NULL;
 	k->val = NULL;
@@ -38,7 +39,8 @@ static void batch_addr(farm_ht *h, struct htloop *l, struct farm_ht_lkey *k)
 	if (k->status)
 		return;
 	k->status = FARM_HT_UNRESOLVED;
-	k->hash = farm_ht_hash(k->key, k->klen);
+	if (!hashed)
+		k->hash = farm_ht_hash(k->key, k->klen);
 	const struct farm_ht_shard *sd = farm_ht_shard_of(h, k->hash, NULL);
 	if (!sd)
 		return;
@@ -214,7 +216,7 @@ static void batch_pend_run(farm_ht *h, struct htloop *l,
  * key's part. */
 static void batch_groups(farm_ht *h, struct htloop *l,
                          struct farm_ht_lkey *keys, unsigned n,
-                         uint8_t *scratch)
+                         uint8_t *scratch, bool hashed)
 {
 	uint8_t work[4096] __attribute__((aligned(64)));
 	uint32_t span = farm_ht_batch_bytes(h);
@@ -222,7 +224,7 @@ static void batch_groups(farm_ht *h, struct htloop *l,
 	const unsigned G = FARM_HT_BATCH_GROUP;
 	struct batch_pend pend = {0};
 	for (unsigned i = 0; i < n && i < G; i++)
-		batch_addr(h, l, &keys[i]);
+		batch_addr(h, l, &keys[i], hashed);
 	for (unsigned g = 0; g < n; g += G) {
 		unsigned e = n - g < G ? n : g + G;
 		unsigned ne = n - e < G ? n : e + G;
@@ -232,7 +234,7 @@ static void batch_groups(farm_ht *h, struct htloop *l,
 		/* The next group's hashing while this group's misses are
 		 * in flight. */
 		for (unsigned i = e; i < ne; i++)
-			batch_addr(h, l, &keys[i]);
+			batch_addr(h, l, &keys[i], hashed);
 		/* The previous group's other buckets have had that time. */
 		batch_pend_run(h, l, keys, &pend, one, scratch, span);
 		for (unsigned i = g; i < e; i++) {
@@ -247,9 +249,8 @@ static void batch_groups(farm_ht *h, struct htloop *l,
 	batch_pend_run(h, l, keys, &pend, one, scratch, span);
 }
 
-int farm_ht_get_local_batch(farm_ht *h, farm_loop *loop,
-                            struct farm_ht_lkey *keys, unsigned n,
-                            uint8_t *scratch)
+static int local_batch(farm_ht *h, farm_loop *loop, struct farm_ht_lkey *keys,
+                       unsigned n, uint8_t *scratch, bool hashed)
 {
 	struct htloop *l = h && loop ? hl_of(h, loop) : NULL;
 	if (!l || (n && (!keys || !scratch)))
@@ -263,7 +264,7 @@ int farm_ht_get_local_batch(farm_ht *h, farm_loop *loop,
 	if (rc)
 		return rc;
 	uint64_t cfg = farm_as_config_id(h->as);
-	batch_groups(h, l, keys, n, scratch);
+	batch_groups(h, l, keys, n, scratch, hashed);
 	/* As get_buckets: a configuration change since the pairs were found
 	 * may have moved a shard (the old copy may be stale). The fence
 	 * orders the copies' loads before the id's; it pairs with the
@@ -293,4 +294,18 @@ int farm_ht_get_local_batch(farm_ht *h, farm_loop *loop,
 	hl_count(l, T_FOUND, found);
 	hl_count(l, T_NOTFOUND, absent);
 	return 0;
+}
+
+int farm_ht_get_local_batch(farm_ht *h, farm_loop *loop,
+                            struct farm_ht_lkey *keys, unsigned n,
+                            uint8_t *scratch)
+{
+	return local_batch(h, loop, keys, n, scratch, false);
+}
+
+int farm_ht_get_local_batch_hashed(farm_ht *h, farm_loop *loop,
+                                   struct farm_ht_lkey *keys, unsigned n,
+                                   uint8_t *scratch)
+{
+	return local_batch(h, loop, keys, n, scratch, true);
 }

@@ -44,6 +44,9 @@ struct get_op {
 	struct get_op *gnext; /* farm_ht_get_many: the group's next local */
 };
 
+struct first_op;
+static void firsts_free(struct htloop *l);
+
 void farm_ht_gets_free(struct htloop *l)
 {
 	while (l->free_gets) {
@@ -51,6 +54,7 @@ void farm_ht_gets_free(struct htloop *l)
 		l->free_gets = g->next_free;
 		free(g);
 	}
+	firsts_free(l);
 }
 
 static void get_start(struct get_op *g);
@@ -650,7 +654,39 @@ struct first_op {
 	farm_ht_get_fn cont;
 	void *ctx;
 	farm_lf_op ep;
+	struct first_op *next_free;
 };
+
+static void firsts_free(struct htloop *l)
+{
+	while (l->free_firsts) {
+		struct first_op *f = l->free_firsts;
+		l->free_firsts = f->next_free;
+		free(f);
+	}
+}
+
+/* A state from the loop's free list (as get_new's): a multi-get's first
+ * reads allocate nothing in the steady state. Every field get_first does
+ * not set is cleared. */
+static struct first_op *first_new(struct htloop *l)
+{
+	struct first_op *f = l->free_firsts;
+	if (!f)
+		return calloc(1, sizeof(*f));
+	l->free_firsts = f->next_free;
+	f->obuf = NULL;
+	f->olen = 0;
+	f->lp = NULL;
+	f->ep = (farm_lf_op){0};
+	return f;
+}
+
+static void first_recycle(struct htloop *l, struct first_op *f)
+{
+	f->next_free = l->free_firsts;
+	l->free_firsts = f;
+}
 
 static void first_end(struct first_op *f, int status, const void *val,
                       uint32_t len)
@@ -663,7 +699,9 @@ static void first_end(struct first_op *f, int status, const void *val,
 	farm_lf_end(&f->ep);
 	buf_put(l, f->img);
 	free(f->obuf);
-	free(f);
+	/* Before lookup_out_end: the last lookup out of a detached loop
+	 * frees the loop's state, this list with it. */
+	first_recycle(l, f);
 	lookup_out_end(l);
 }
 
@@ -814,12 +852,12 @@ static int get_first(farm_ht *h, farm_loop *loop, const void *key,
 	                     &hash, &sd);
 	if (rc)
 		return rc;
-	struct first_op *f = calloc(1, sizeof(*f));
+	struct first_op *f = first_new(l);
 	if (!f)
 		return -ENOMEM;
 	f->img = buf_get(l);
 	if (!f->img) { /* too many in flight */
-		free(f);
+		first_recycle(l, f);
 		return -EAGAIN;
 	}
 	f->h = h;
@@ -833,7 +871,7 @@ static int get_first(farm_ht *h, farm_loop *loop, const void *key,
 	farm_gaddr a = sd->base + (uint64_t)home_of(hash, sd->nbuckets) * bb;
 	if ((rc = farm_lf_begin(h->txm, loop, &f->ep))) {
 		buf_put(l, f->img);
-		free(f);
+		first_recycle(l, f);
 		return rc;
 	}
 	hl_count(l, T_LOOKUPS, 1);
@@ -845,7 +883,7 @@ static int get_first(farm_ht *h, farm_loop *loop, const void *key,
 		l->gets_out--; /* not issued: never comes back */
 		farm_lf_end(&f->ep);
 		buf_put(l, f->img);
-		free(f);
+		first_recycle(l, f);
 	}
 	return read_err(rc); /* -ENOENT from here would say: no shards */
 }

@@ -94,8 +94,9 @@ struct htloop {
 	struct shardq *q; /* per shard (owned by this loop) */
 	uint64_t rand;
 	struct get_op *free_gets; /* recycled lookups (bucket buffers kept) */
-	struct farm_as_rcache rc; /* where shards are */
-	struct ht_counters *lst;  /* this loop's lookup counters (in farm_ht) */
+	struct first_op *free_firsts; /* recycled farm_ht_get_first states */
+	struct farm_as_rcache rc;     /* where shards are */
+	struct ht_counters *lst; /* this loop's lookup counters (in farm_ht) */
 	/* Lookups (farm_ht_get, farm_ht_get_first) started and not yet
 	 * answered: each holds a pool buffer (a READ may still land in it)
 	 * and comes back to this state on a later pass. */
@@ -279,9 +280,6 @@ struct cfree {
 
 /* ht.c */
 int farm_ht_check_key(const void *key, uint32_t klen);
-/* farm_ht_hash of each of @n keys, into @out[i]. */
-void farm_ht_hash_many(const uint8_t *const *keys, const uint32_t *klens,
-                       unsigned n, uint64_t *out);
 const struct farm_ht_shard *farm_ht_shard_of(farm_ht *h, uint64_t hash,
                                              unsigned *idx);
 

@@ -50,6 +50,8 @@ struct mg {
 	unsigned first_left; /* first reads not back */
 	unsigned inflight;   /* our lookups in flight */
 	unsigned calls;      /* batches in flight */
+	unsigned first_hits; /* answered by their first read: counted at the end
+	                      */
 	bool busy, again, in_call, retry_posted, sent;
 	uint32_t *firstq, nfirst, firstpos; /* keys waiting for a first read */
 	uint32_t *fullq, nfull, fullpos;    /* ... for a whole lookup */
@@ -104,8 +106,14 @@ static void mg_first_done(farm_loop *loop, void *ctx, int status,
 		}
 	} else {
 		if (status == 0 || status == -ENOENT)
-			farm_stat_add(&m->kv->st[S_FIRST_HITS], 1);
+			m->first_hits++;
 		mg_finish_key(m, i, status, val, len);
+		/* Nothing queued to start and first reads still out: the
+		 * multi-get cannot be done and mg_advance would find nothing
+		 * to do (the common case, once per key). */
+		if (m->first_left && m->fullpos == m->nfull &&
+		    m->firstpos == m->nfirst)
+			return;
 	}
 	mg_advance(m);
 }
@@ -344,19 +352,28 @@ static void mg_batch_reply(farm_loop *loop, void *ctx, int status,
 	mg_advance(m);
 }
 
+/* One block holds the multi-get, its queues and its copy of the keys
+ * (farm_kv_mget). */
 static void mg_free(struct mg *m)
 {
-	free(m->firstq);
-	free(m->keybuf);
 	free(m);
+}
+
+/* Every key answered: the counters of the whole call (a locked add
+ * each, so once per call rather than per key), then the continuation. */
+static void mg_end(struct mg *m)
+{
+	if (m->first_hits)
+		farm_stat_add(&m->kv->st[S_FIRST_HITS], m->first_hits);
+	m->cont(m->loop, m->ctx);
+	mg_free(m);
 }
 
 static void mg_done_work(farm_loop *loop, void *ctx, int status)
 {
+	(void)loop;
 	(void)status;
-	struct mg *m = ctx;
-	m->cont(loop, m->ctx);
-	mg_free(m);
+	mg_end(ctx);
 }
 
 static void mg_retry(farm_loop *loop, void *ctx, int status)
@@ -405,10 +422,8 @@ static void mg_advance(struct mg *m)
 		}
 	} while (m->again);
 	m->busy = false;
-	if (!m->in_call && m->left == 0 && m->calls == 0 && !m->retry_posted) {
-		m->cont(m->loop, m->ctx);
-		mg_free(m);
-	}
+	if (!m->in_call && m->left == 0 && m->calls == 0 && !m->retry_posted)
+		mg_end(m);
 }
 
 /* Our shard's keys (all of fullq so far), looked up now in groups (the
@@ -437,8 +452,9 @@ static void mg_local(struct mg *m)
 			const struct mg_key *k = &m->k[m->fullq[at + j]];
 			lk[j].key = k->key;
 			lk[j].klen = k->klen;
+			lk[j].hash = k->hash; /* hashed once, to route it */
 		}
-		if (farm_ht_get_local_batch(ht, m->loop, lk, n, img))
+		if (farm_ht_get_local_batch_hashed(ht, m->loop, lk, n, img))
 			for (unsigned j = 0; j < n; j++)
 				lk[j].status = FARM_HT_UNRESOLVED;
 		for (unsigned j = 0; j < n; j++) {
@@ -455,42 +471,68 @@ static void mg_local(struct mg *m)
 		free(img);
 }
 
-/* Copy each key into the batch and queue it by where it is looked up:
- * our shard (a local lookup now), the owner's (owner mode), or a first
- * READ. A bad key fails alone. Returns how many were local. */
+/* Queue key @i (hashed) by where it is looked up: our shard (a local
+ * lookup now), the owner's (owner mode), or a first READ. @serves: whether
+ * this machine serves a shard, asked once per shard of the call (the
+ * address space's lookup takes a lock): -1 not asked yet. True when
+ * local. */
+static bool mg_route(struct mg *m, uint32_t i, int8_t *serves)
+{
+	farm_kv *kv = m->kv;
+	struct mg_key *k = &m->k[i];
+	k->shard = farm_ht_shard_index(k->hash, kv->nshards);
+	if (serves[k->shard] < 0)
+		serves[k->shard] = serves_shard(kv, k->shard);
+	if (serves[k->shard]) {
+		mg_full(m, i); /* our shard: a local lookup */
+		return true;
+	}
+	if (kv_owner_mode(kv))
+		m->missq[m->nmiss++] = i; /* straight to its owner */
+	else
+		m->firstq[m->nfirst++] = i;
+	return false;
+}
+
+/* Copy each key into the batch, hash them all, then route each
+ * (mg_route). The hashes are G-Opt's first stage: farm_ht_hash_many steps
+ * four keys' FNV chains together, where one key's chain is a run of
+ * dependent multiplies. A bad key fails alone. Returns how many were
+ * local. */
 static unsigned mg_classify(struct mg *m, const void *const *keys,
                             const uint32_t *klens)
 {
-	farm_kv *kv = m->kv;
+	enum { CHUNK = 64 };
 	size_t off = 0;
 	unsigned local = 0;
-	/* Whether this machine serves a shard, asked once per shard of the
-	 * call (the address space's lookup takes a lock): -1 not asked yet. */
 	int8_t serves[MAX_SHARDS];
-	memset(serves, -1, kv->nshards);
-	for (uint32_t i = 0; i < m->n; i++) {
-		struct mg_key *k = &m->k[i];
-		k->m = m;
-		int rc = check_key(keys[i], klens[i]);
-		if (rc) { /* this key fails alone */
-			mg_finish_key(m, i, rc, NULL, 0);
-			continue;
+	memset(serves, -1, m->kv->nshards);
+	const uint8_t *kp[CHUNK];
+	uint32_t kl[CHUNK], ix[CHUNK];
+	uint64_t hs[CHUNK];
+	for (uint32_t at = 0; at < m->n; at += CHUNK) {
+		uint32_t end = m->n - at < CHUNK ? m->n : at + CHUNK;
+		unsigned c = 0;
+		for (uint32_t i = at; i < end; i++) {
+			struct mg_key *k = &m->k[i];
+			*k = (struct mg_key){.m = m};
+			int rc = check_key(keys[i], klens[i]);
+			if (rc) { /* this key fails alone */
+				mg_finish_key(m, i, rc, NULL, 0);
+				continue;
+			}
+			memcpy(m->keybuf + off, keys[i], klens[i]);
+			k->key = m->keybuf + off;
+			k->klen = klens[i];
+			off += klens[i];
+			kp[c] = k->key;
+			kl[c] = k->klen;
+			ix[c++] = i;
 		}
-		memcpy(m->keybuf + off, keys[i], klens[i]);
-		k->key = m->keybuf + off;
-		k->klen = klens[i];
-		off += klens[i];
-		k->hash = farm_ht_hash(k->key, k->klen);
-		k->shard = farm_ht_shard_index(k->hash, kv->nshards);
-		if (serves[k->shard] < 0)
-			serves[k->shard] = serves_shard(kv, k->shard);
-		if (serves[k->shard]) {
-			mg_full(m, i); /* our shard: a local lookup */
-			local++;
-		} else if (kv_owner_mode(kv)) {
-			m->missq[m->nmiss++] = i; /* straight to its owner */
-		} else {
-			m->firstq[m->nfirst++] = i;
+		farm_ht_hash_many(kp, kl, c, hs);
+		for (unsigned j = 0; j < c; j++) {
+			m->k[ix[j]].hash = hs[j];
+			local += mg_route(m, ix[j], serves);
 		}
 	}
 	return local;
@@ -512,28 +554,28 @@ int farm_kv_mget(farm_kv *kv, farm_loop *loop, unsigned n,
 	for (unsigned i = 0; i < n; i++)
 		if (!check_key(keys[i], klens[i]))
 			kbytes += klens[i];
-	struct mg *m = calloc(1, sizeof(*m) + n * sizeof(struct mg_key));
+	/* One allocation per multi-get, not one per part: the keys' entries
+	 * (each set by mg_classify), the three queues, the keys' copy. Only
+	 * the header is zeroed. */
+	size_t qat = sizeof(struct mg) + n * sizeof(struct mg_key);
+	struct mg *m = malloc(qat + 3ull * n * sizeof(uint32_t) + kbytes);
 	if (!m)
 		return -ENOMEM;
-	m->firstq = malloc(3ull * n * sizeof(uint32_t));
-	m->keybuf = malloc(kbytes ? kbytes : 1);
-	if (!m->firstq || !m->keybuf) {
-		mg_free(m);
-		return -ENOMEM;
-	}
+	*m = (struct mg){.kv = kv,
+	                 .loop = loop,
+	                 .n = n,
+	                 .vals = vals,
+	                 .cap = cap,
+	                 .lens = lens,
+	                 .status = status,
+	                 .cont = cont,
+	                 .ctx = ctx,
+	                 .left = n,
+	                 .in_call = true};
+	m->firstq = (uint32_t *)(void *)((uint8_t *)m + qat);
 	m->fullq = m->firstq + n;
 	m->missq = m->fullq + n;
-	m->kv = kv;
-	m->loop = loop;
-	m->n = n;
-	m->vals = vals;
-	m->cap = cap;
-	m->lens = lens;
-	m->status = status;
-	m->cont = cont;
-	m->ctx = ctx;
-	m->left = n;
-	m->in_call = true;
+	m->keybuf = (uint8_t *)(m->missq + n);
 	unsigned local = mg_classify(m, keys, klens);
 	m->first_left = m->nfirst;
 	/* The other shards' first reads go out before our own shard's keys
