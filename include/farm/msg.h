@@ -315,6 +315,24 @@ FARM_API FARM_MUST_CHECK int farm_msg_call(farm_loop *loop, uint32_t machine,
 FARM_API FARM_MUST_CHECK int farm_msg_reply(farm_loop *loop,
                                             const struct farm_msg_token *tok,
                                             const void *reply, uint32_t len);
+/*
+ * farm_msg_reply_begin() - a reply written in place: returns where the
+ * @len payload bytes of the reply to @tok go (in the send mirror of the
+ * ring to the caller when it has room, else a buffer of the loop); write
+ * all @len of them there, then call farm_msg_reply_end(). A reply built
+ * there is not copied again before the fabric's WRITE (farm_msg_reply
+ * copies its payload into the mirror). Between the two, nothing else may
+ * be sent on @loop (-EBUSY) and farm_loop_flush waits for the end; a
+ * handler ends what it began before it returns. NULL on error, with
+ * *@err (when not NULL) set as farm_msg_reply would return it, or -EBUSY
+ * when a reply is already open.
+ */
+FARM_API void *farm_msg_reply_begin(farm_loop *loop,
+                                    const struct farm_msg_token *tok,
+                                    uint32_t len, int *err);
+/* The reply begun is complete: 0, or (when it was not in place) the
+ * error farm_msg_reply would return; -EINVAL when none was begun. */
+FARM_API FARM_MUST_CHECK int farm_msg_reply_end(farm_loop *loop);
 /* Reply with an error code (< 0) that the caller's continuation receives. */
 FARM_API FARM_MUST_CHECK int
 farm_msg_reply_error(farm_loop *loop, const struct farm_msg_token *tok,

@@ -13,6 +13,7 @@
 #ifndef FARM_MSG_MSG_INT_H
 #define FARM_MSG_MSG_INT_H
 
+#include <errno.h>
 #include <inttypes.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -232,6 +233,8 @@ struct call {
 	uint32_t prev, next; /* active list */
 };
 
+enum { RB_NONE, RB_IN_PLACE, RB_BUFFERED };
+
 #define NIL            UINT32_MAX
 #define CALL_UNSTAMPED (1ull << 63) /* beyond any clock: never due */
 
@@ -272,7 +275,15 @@ struct farm_loop {
 	bool unstamped; /* calls made in this pass await their deadline */
 	bool hand_back_due; /* a ring consumed an eighth: farm_msg_hand_back_due
 	                       after the flush */
-	farm_wr *wrs;       /* WR_BATCH + 1 */
+	/* farm_msg_reply_begin's open reply (RB_*): staged in a send mirror
+	 * (the caller writes its payload there), or to be sent from rb_buf
+	 * (max payload bytes, made on first use) at farm_msg_reply_end. */
+	uint8_t rb;
+	uint8_t *rb_buf;
+	struct wire_msg rb_m;
+	uint32_t rb_machine;
+	unsigned rb_thread;
+	farm_wr *wrs; /* WR_BATCH + 1 */
 	struct poller {
 		farm_poll_fn poll;
 		farm_pending_fn pending;
@@ -333,8 +344,27 @@ struct inbox_item *farm_msg_item_new(uint32_t len);
 void farm_msg_inbox_push(farm_msg *msg, unsigned r, struct inbox_item *it);
 int farm_msg_send_wire(farm_loop *loop, uint32_t machine, unsigned thread,
                        const struct wire_msg *m, const void *payload);
-int farm_msg_check_dest(farm_loop *loop, uint32_t machine, unsigned thread,
-                        uint32_t len);
+/* Stage @m (a reply) on the ring to (@machine, @thread) with its payload
+ * left for the caller to write: where the payload goes, in the send
+ * mirror; NULL when it cannot be staged in place (this machine, a channel
+ * not made yet or not usable, messages queued for room, no room). */
+uint8_t *farm_msg_stage_in_place(farm_loop *loop, uint32_t machine,
+                                 unsigned thread, const struct wire_msg *m);
+/* Arguments of a send that need no channel: 0 or the error. Inline: on
+ * every call and reply. */
+static inline int farm_msg_check_dest(const farm_loop *loop, uint32_t machine,
+                                      unsigned thread, uint32_t len)
+{
+	const farm_msg *msg = loop->msg;
+	if (thread >= msg->attr.nthreads)
+		return -EINVAL;
+	if (machine >= msg->attr.max_machines)
+		return -ENOENT;
+	/* farm_msg_max_payload, without a call on every send */
+	if (len > msg->max_frame - WIRE_FRAME_OVERHEAD - WIRE_MSG_HDR)
+		return -EMSGSIZE;
+	return 0;
+}
 int farm_msg_poll_rings(farm_loop *loop);
 /* The rings this loop receives from machine @m start afresh (a new
  * incarnation, farm_loop_forget_peer). */
@@ -344,6 +374,10 @@ void farm_msg_hand_back_due(farm_loop *loop);
 int farm_msg_poll_inbox(farm_loop *loop, int status);
 
 /* msg_rpc.c: calls */
+/* A handler or continuation returned with a reply begun
+ * (farm_msg_reply_begin) and not ended: end it, so the loop's sends and
+ * flushes go on; warned once. */
+void farm_msg_reply_forgotten(farm_loop *loop);
 void farm_msg_call_done(farm_loop *loop, uint32_t i, int status,
                         const void *reply, uint32_t len);
 int farm_msg_scan_calls(farm_loop *loop, uint64_t now);

@@ -55,6 +55,7 @@ static void loop_free(farm_loop *loop)
 	free(loop->calls);
 	free(loop->wrs);
 	free(loop->pend_peers);
+	free(loop->rb_buf);
 	if (loop->mirror_area)
 		munmap(loop->mirror_area, loop->mirror_area_len);
 	free(loop);

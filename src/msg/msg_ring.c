@@ -85,6 +85,19 @@ int farm_msg_peer_ep(farm_loop *loop, uint32_t m, struct out_peer **out)
 	return rc;
 }
 
+/* The channel to (@m, @r) when it is made and its endpoint usable, as
+ * every send after a channel's first finds it; NULL: chan_get decides
+ * (makes it, or says why not). */
+static inline struct out_chan *chan_ready(farm_loop *loop, uint32_t m,
+                                          unsigned r)
+{
+	struct out_peer *op = &loop->out[m];
+	if (FARM_UNLIKELY(!op->chans || op->err || !op->ep))
+		return NULL;
+	struct out_chan *c = op->chans[r];
+	return c && FARM_LIKELY(farm_ep_usable(op->ep)) ? c : NULL;
+}
+
 static int chan_get(farm_loop *loop, uint32_t m, unsigned r,
                     struct out_chan **out)
 {
@@ -199,9 +212,12 @@ static void frame_close(farm_msg *msg, struct out_chan *c, uint32_t R)
 	c->frame = UINT64_MAX;
 }
 
-/* Stage one message in the ring mirror. False: no room (nothing staged). */
-static bool chan_append(farm_msg *msg, struct out_chan *c,
-                        const struct wire_msg *m, const void *payload)
+/* Stage one message in the ring mirror: where its header went, or NULL
+ * when there is no room (nothing staged). Inlined into each send: a call
+ * here was a tenth of a reply's instructions. */
+static inline __attribute__((always_inline)) uint8_t *
+chan_append(farm_msg *msg, struct out_chan *c, const struct wire_msg *m,
+            const void *payload)
 {
 	uint32_t R = msg->lay.R, stride = wire_msg_stride(m->len);
 	if (c->frame != UINT64_MAX) {
@@ -220,25 +236,26 @@ static bool chan_append(farm_msg *msg, struct out_chan *c,
 	if (off + need > R) {
 		uint64_t end = c->tail + (R - off) + need;
 		if (!fits(c, R, end))
-			return false;
+			return NULL;
 		uint64_t w = wire_header(c->seq++, WIRE_WRAP_LEN);
 		memcpy(c->mirror + off, &w, 8);
 		c->tail += R - off;
 	} else if (!fits(c, R, c->tail + need)) {
-		return false;
+		return NULL;
 	}
 	c->frame = c->tail;
 	c->tail += WIRE_FRAME_BODY;
 put:;
 	uint8_t *p = c->mirror + (uint32_t)(c->tail & (R - 1));
 	memcpy(p, m, WIRE_MSG_HDR);
-	if (m->len)
+	/* NULL: the caller writes the payload in place (reply_begin). */
+	if (m->len && payload)
 		memcpy(p + WIRE_MSG_HDR, payload, m->len);
 	uint32_t pad = wire_align8(m->len) - m->len;
 	if (pad)
 		memset(p + WIRE_MSG_HDR + m->len, 0, pad);
 	c->tail += stride;
-	return true;
+	return p;
 }
 
 static inline void mark_dirty(farm_loop *loop, struct out_chan *c)
@@ -264,6 +281,45 @@ static void chan_drain(farm_msg *msg, struct out_chan *c)
 	}
 }
 
+/* A post refused: -EAGAIN (the send queue full) leaves the frames staged
+ * for the next flush; anything else fails the endpoint. */
+static void post_failed(struct out_peer *op, uint32_t m, int rc)
+{
+	if (rc == -EAGAIN)
+		return;
+	farm_warn("msg: post to machine %" PRIu32 ": %s", m, farm_strerror(rc));
+	op->err = rc;
+}
+
+/* The usual flush of a channel: one frame staged (a reply, or a pass's
+ * messages to one thread) and no doorbell to ring (receivers that never
+ * park). One WRITE, without chan_post's list. False: not that case. */
+static bool chan_post_one(farm_loop *loop, struct out_chan *c,
+                          struct out_peer *op)
+{
+	farm_msg *msg = loop->msg;
+	uint32_t off = (uint32_t)(c->posted & (msg->lay.R - 1));
+	uint64_t h;
+	memcpy(&h, c->mirror + off, 8);
+	uint32_t len = (uint32_t)h, span = wire_frame_span(len);
+	if (msg->notify || len == WIRE_WRAP_LEN || c->posted + span != c->tail)
+		return false;
+	farm_wr wr = {.opcode = FARM_WR_WRITE,
+	              .len = len,
+	              .local = c->mirror + off,
+	              .lmr = c->mirror_mr,
+	              .raddr = c->ring_raddr + off,
+	              .rkey = msg->peers[c->m].desc.key};
+	int rc = farm_ep_post(op->ep, &wr, NULL);
+	if (FARM_UNLIKELY(rc)) {
+		post_failed(op, c->m, rc);
+		return true;
+	}
+	c->posted += span;
+	farm_stat_add_owned(&loop->stats.v[S_FRAMES_SENT], 1);
+	return true;
+}
+
 /* Post what is staged: one WRITE per frame or wrap marker, then (when
  * receivers may park) a doorbell; one post for the lot. */
 static void chan_post(farm_loop *loop, struct out_chan *c)
@@ -271,7 +327,9 @@ static void chan_post(farm_loop *loop, struct out_chan *c)
 	farm_msg *msg = loop->msg;
 	uint32_t R = msg->lay.R;
 	struct out_peer *op = &loop->out[c->m];
-	if (op->err || !op->ep)
+	if (op->err || !op->ep || c->posted == c->tail)
+		return;
+	if (chan_post_one(loop, c, op))
 		return;
 	unsigned n = 0;
 	uint64_t pos = c->posted;
@@ -314,11 +372,7 @@ static void chan_post(farm_loop *loop, struct out_chan *c)
 	unsigned done = n;
 	if (rc) {
 		done = bad ? (unsigned)(bad - w) : 0;
-		if (rc != -EAGAIN) {
-			farm_warn("msg: post to machine %" PRIu32 ": %s", c->m,
-			          farm_strerror(rc));
-			op->err = rc;
-		}
+		post_failed(op, c->m, rc);
 	}
 	/* Advance over the frames that were queued. */
 	for (unsigned i = 0; i < done && w[i].opcode == FARM_WR_WRITE; i++) {
@@ -332,6 +386,10 @@ static void chan_post(farm_loop *loop, struct out_chan *c)
 void farm_loop_flush(farm_loop *loop)
 {
 	farm_msg *msg = loop->msg;
+	/* An open in-place reply's bytes are not all written: they leave
+	 * with the pass's flush, after farm_msg_reply_end. */
+	if (FARM_UNLIKELY(loop->rb != RB_NONE))
+		return;
 	unsigned keep = 0;
 	for (unsigned i = 0; i < loop->ndirty; i++) {
 		struct out_chan *c = loop->dirty[i];
@@ -377,40 +435,32 @@ void farm_msg_inbox_push(farm_msg *msg, unsigned r, struct inbox_item *it)
 		farm_wake_word(w);
 }
 
-int farm_msg_send_wire(farm_loop *loop, uint32_t machine, unsigned thread,
-                       const struct wire_msg *m, const void *payload)
+/* A message to a loop of this machine: through its inbox. */
+static int send_local(farm_loop *loop, unsigned thread,
+                      const struct wire_msg *m, const void *payload)
 {
 	farm_msg *msg = loop->msg;
-	if (machine == msg->me) {
-		if ((m->kind == WIRE_ONEWAY || m->kind == WIRE_REQUEST) &&
-		    !wire_type_known(msg->types, m->type))
-			return -EINVAL;
-		struct inbox_item *it = farm_msg_item_new(m->len);
-		if (!it)
-			return -ENOMEM;
-		it->fn = NULL;
-		it->ctx = NULL;
-		it->m = *m;
-		if (m->len)
-			memcpy(it->payload, payload, m->len);
-		farm_msg_inbox_push(msg, thread, it);
-		farm_stat_add_owned(&loop->stats.v[S_SENT], 1);
-		return 0;
-	}
-	if (machine < msg->attr.max_machines &&
-	    atomic_load_explicit(&msg->min_cfg[machine],
-	                         memory_order_relaxed) == UINT32_MAX)
-		return FARM_EPEERDEAD; /* removed: it would not read it */
-	struct out_chan *c;
-	int rc = chan_get(loop, machine, thread, &c);
-	if (rc)
-		return rc;
-	if (FARM_LIKELY(!c->qhead) && chan_append(msg, c, m, payload)) {
-		mark_dirty(loop, c);
-		farm_stat_add_owned(&loop->stats.v[S_SENT], 1);
-		return 0;
-	}
-	if (c->qlen >= msg->attr.sendq_max) {
+	if ((m->kind == WIRE_ONEWAY || m->kind == WIRE_REQUEST) &&
+	    !wire_type_known(msg->types, m->type))
+		return -EINVAL;
+	struct inbox_item *it = farm_msg_item_new(m->len);
+	if (!it)
+		return -ENOMEM;
+	it->fn = NULL;
+	it->ctx = NULL;
+	it->m = *m;
+	if (m->len)
+		memcpy(it->payload, payload, m->len);
+	farm_msg_inbox_push(msg, thread, it);
+	farm_stat_add_owned(&loop->stats.v[S_SENT], 1);
+	return 0;
+}
+
+/* Queue @m behind the messages waiting for room on @c. */
+static int chan_queue(farm_loop *loop, struct out_chan *c,
+                      const struct wire_msg *m, const void *payload)
+{
+	if (c->qlen >= loop->msg->attr.sendq_max) {
 		farm_stat_add_owned(&loop->stats.v[S_NOBUFS], 1);
 		return -ENOBUFS;
 	}
@@ -433,18 +483,56 @@ int farm_msg_send_wire(farm_loop *loop, uint32_t machine, unsigned thread,
 	return 0;
 }
 
-int farm_msg_check_dest(farm_loop *loop, uint32_t machine, unsigned thread,
-                        uint32_t len)
+/* Whether machine @m was removed (farm_msg_peer_min_config UINT32_MAX):
+ * it would not read what we send. */
+static inline bool removed(const farm_msg *msg, uint32_t m)
+{
+	return m < msg->attr.max_machines &&
+	       atomic_load_explicit(&msg->min_cfg[m], memory_order_relaxed) ==
+	               UINT32_MAX;
+}
+
+int farm_msg_send_wire(farm_loop *loop, uint32_t machine, unsigned thread,
+                       const struct wire_msg *m, const void *payload)
 {
 	farm_msg *msg = loop->msg;
-	if (thread >= msg->attr.nthreads)
-		return -EINVAL;
-	if (machine >= msg->attr.max_machines)
-		return -ENOENT;
-	/* farm_msg_max_payload, without a call on every send */
-	if (len > msg->max_frame - WIRE_FRAME_OVERHEAD - WIRE_MSG_HDR)
-		return -EMSGSIZE;
-	return 0;
+	/* A reply is open in place (farm_msg_reply_begin): a message staged
+	 * now would go out with its bytes unwritten, or before it. */
+	if (FARM_UNLIKELY(loop->rb != RB_NONE))
+		return -EBUSY;
+	if (machine == msg->me)
+		return send_local(loop, thread, m, payload);
+	if (removed(msg, machine))
+		return FARM_EPEERDEAD;
+	struct out_chan *c = chan_ready(loop, machine, thread);
+	if (FARM_UNLIKELY(!c)) {
+		int rc = chan_get(loop, machine, thread, &c);
+		if (rc)
+			return rc;
+	}
+	if (FARM_LIKELY(!c->qhead) && chan_append(msg, c, m, payload)) {
+		mark_dirty(loop, c);
+		farm_stat_add_owned(&loop->stats.v[S_SENT], 1);
+		return 0;
+	}
+	return chan_queue(loop, c, m, payload);
+}
+
+uint8_t *farm_msg_stage_in_place(farm_loop *loop, uint32_t machine,
+                                 unsigned thread, const struct wire_msg *m)
+{
+	farm_msg *msg = loop->msg;
+	if (machine == msg->me || removed(msg, machine))
+		return NULL;
+	struct out_chan *c = chan_ready(loop, machine, thread);
+	if (!c || c->qhead)
+		return NULL;
+	uint8_t *p = chan_append(msg, c, m, NULL);
+	if (!p)
+		return NULL;
+	mark_dirty(loop, c);
+	farm_stat_add_owned(&loop->stats.v[S_SENT], 1);
+	return p + WIRE_MSG_HDR;
 }
 
 int farm_msg_send(farm_loop *loop, uint32_t machine, unsigned thread,
@@ -481,6 +569,8 @@ static void deliver(farm_loop *loop, uint32_t src, const struct wire_msg *m,
 		                            .thread = m->src_thread,
 		                            .type = m->type}};
 		h->fn(loop, &in, h->arg);
+		if (FARM_UNLIKELY(loop->rb != RB_NONE))
+			farm_msg_reply_forgotten(loop);
 		return;
 	}
 	uint32_t i = (uint32_t)(m->call_id & 0xffffff);

@@ -39,6 +39,8 @@ void farm_msg_call_done(farm_loop *loop, uint32_t i, int status,
 	void *ctx = c->ctx;
 	call_unlink(loop, i);
 	cont(loop, ctx, status, reply, len);
+	if (FARM_UNLIKELY(loop->rb != RB_NONE))
+		farm_msg_reply_forgotten(loop);
 }
 
 int farm_msg_call(farm_loop *loop, uint32_t machine, unsigned thread,
@@ -88,20 +90,30 @@ int farm_msg_call(farm_loop *loop, uint32_t machine, unsigned thread,
 	return 0;
 }
 
-static int reply_wire(farm_loop *loop, const struct farm_msg_token *tok,
-                      uint8_t kind, const void *p, uint32_t len)
+/* A reply's header for @tok, after its checks: 0 or the error. */
+static int reply_msg(farm_loop *loop, const struct farm_msg_token *tok,
+                     uint8_t kind, uint32_t len, struct wire_msg *m)
 {
-	if (!loop || !tok || !tok->call_id || (len && !p))
+	if (!loop || !tok || !tok->call_id)
 		return -EINVAL;
 	int rc = farm_msg_check_dest(loop, tok->machine, tok->thread, len);
 	if (rc)
 		return rc;
-	struct wire_msg m = {.len = len,
-	                     .type = tok->type,
-	                     .kind = kind,
-	                     .src_thread = (uint8_t)loop->idx,
-	                     .call_id = tok->call_id};
-	return farm_msg_send_wire(loop, tok->machine, tok->thread, &m, p);
+	*m = (struct wire_msg){.len = len,
+	                       .type = tok->type,
+	                       .kind = kind,
+	                       .src_thread = (uint8_t)loop->idx,
+	                       .call_id = tok->call_id};
+	return 0;
+}
+
+static int reply_wire(farm_loop *loop, const struct farm_msg_token *tok,
+                      uint8_t kind, const void *p, uint32_t len)
+{
+	struct wire_msg m;
+	int rc = len && !p ? -EINVAL : reply_msg(loop, tok, kind, len, &m);
+	return rc ? rc
+	          : farm_msg_send_wire(loop, tok->machine, tok->thread, &m, p);
 }
 
 int farm_msg_reply(farm_loop *loop, const struct farm_msg_token *tok,
@@ -117,6 +129,65 @@ int farm_msg_reply_error(farm_loop *loop, const struct farm_msg_token *tok,
 		return -EINVAL;
 	int32_t st = status;
 	return reply_wire(loop, tok, WIRE_REPLY_ERR, &st, 4);
+}
+
+void *farm_msg_reply_begin(farm_loop *loop, const struct farm_msg_token *tok,
+                           uint32_t len, int *err)
+{
+	struct wire_msg m;
+	int rc = reply_msg(loop, tok, WIRE_REPLY, len, &m);
+	if (!rc && loop->rb != RB_NONE)
+		rc = -EBUSY;
+	if (rc)
+		goto fail;
+	uint8_t *p =
+	        farm_msg_stage_in_place(loop, tok->machine, tok->thread, &m);
+	if (p) {
+		loop->rb = RB_IN_PLACE;
+		return p;
+	}
+	/* Not in place (this machine, a first message, a full ring): the
+	 * payload is written here and sent as farm_msg_reply sends it. */
+	if (!loop->rb_buf &&
+	    !(loop->rb_buf = malloc(farm_msg_max_payload(loop->msg) + 1))) {
+		rc = -ENOMEM;
+		goto fail;
+	}
+	loop->rb = RB_BUFFERED;
+	loop->rb_m = m;
+	loop->rb_machine = tok->machine;
+	loop->rb_thread = tok->thread;
+	return loop->rb_buf;
+fail:
+	if (err)
+		*err = rc;
+	return NULL;
+}
+
+int farm_msg_reply_end(farm_loop *loop)
+{
+	if (!loop || loop->rb == RB_NONE)
+		return -EINVAL;
+	bool buffered = loop->rb == RB_BUFFERED;
+	loop->rb = RB_NONE;
+	return buffered ? farm_msg_send_wire(loop, loop->rb_machine,
+	                                     loop->rb_thread, &loop->rb_m,
+	                                     loop->rb_buf)
+	                : 0;
+}
+
+void farm_msg_reply_forgotten(farm_loop *loop)
+{
+	static atomic_int warned;
+	if (!atomic_exchange_explicit(&warned, 1, memory_order_relaxed))
+		farm_warn("msg: loop %u: a handler or continuation returned "
+		          "with a reply begun and not ended; ended for it "
+		          "(logged once)",
+		          loop->idx);
+	int rc = farm_msg_reply_end(loop);
+	if (rc)
+		farm_warn("msg: loop %u: that reply: %s", loop->idx,
+		          farm_strerror(rc));
 }
 
 /* Give the calls made in this pass their deadlines. New calls are linked
