@@ -329,6 +329,18 @@ void farm_ht_pair_slot_read(const farm_ht *h, const uint8_t *img, unsigned slot,
  * farm_ht_pair_map made (no line arithmetic per lookup). */
 void farm_ht_pair_val_read(const farm_ht *h, const uint8_t *img, unsigned slot,
                            uint32_t n, void *out);
+/* Slot @slot's inline value of @n bytes, where it lies in @img when one
+ * piece holds it (most slots: no copy), else gathered to @img's start
+ * (farm_ht_pair_val_read); valid while @img is. */
+static inline const uint8_t *farm_ht_pair_val(const farm_ht *h, uint8_t *img,
+                                              unsigned slot, uint32_t n)
+{
+	const struct ht_smap *m = &h->smap[slot];
+	if (m->nvpieces && n <= m->val_n[0])
+		return img + m->val_at[0];
+	farm_ht_pair_val_read(h, img, slot, n, img);
+	return img;
+}
 void farm_ht_img_read(const uint8_t *obj, uint32_t off, uint32_t n, void *out);
 /* The home bucket's overflow chain pointer. */
 farm_fatptr farm_ht_pair_overflow(const uint8_t *img);
