@@ -301,6 +301,94 @@ static void test_ship_by_address(void **state)
 	                 -EINVAL);
 }
 
+/* The loop's cache of resolved regions (farm_as_resolve_cached): two
+ * regions whose ids share a set of the cache, looked up in turn, are each
+ * answered as farm_as_resolve answers, from the cache after their first
+ * lookup; after a change of the table (a region allocated) neither entry
+ * answers again, both miss once. Machine 1 resolves machine 0's regions (their
+ * descriptors) and machine 0 its own (local pointers). */
+static void test_resolve_cache(void **state)
+{
+	(void)state;
+	/* 33 ids fill the 32 sets: two of them share one. */
+	uint32_t ids[FARM_AS_RCACHE / 2 + 1], a = 0, b = 0;
+	for (unsigned n = 0; n < FARM_AS_RCACHE / 2 + 1 && !b; n++) {
+		struct res r = {0};
+		assert_int_equal(farm_as_region_alloc(nodes[0].as,
+		                                      nodes[0].loop, 0,
+		                                      region_done, &r),
+		                 0);
+		wait_res(&r);
+		assert_int_equal(r.status, 0);
+		ids[n] = r.region;
+		for (unsigned j = 0; j < n && !b; j++)
+			if (ids[j] % (FARM_AS_RCACHE / 2) ==
+			    r.region % (FARM_AS_RCACHE / 2)) {
+				a = ids[j];
+				b = r.region;
+			}
+	}
+	assert_int_not_equal(b, 0);
+	/* Machine 1 learns their descriptors by reading each once. */
+	static FARM_CL_ALIGNED char buf[64];
+	farm_mr *mr;
+	assert_int_equal(farm_mr_reg(nodes[1].fab, buf, sizeof(buf),
+	                             FARM_ACCESS_LOCAL, &mr),
+	                 0);
+	for (unsigned i = 0; i < 2; i++) {
+		struct res r = {0};
+		assert_int_equal(farm_as_read(nodes[1].as, nodes[1].loop,
+		                              farm_gaddr_make(i ? b : a, 0),
+		                              buf, mr, sizeof(buf), op_done,
+		                              &r),
+		                 0);
+		wait_res(&r);
+		assert_int_equal(r.status, 0);
+	}
+	farm_mr_dereg(mr);
+	for (unsigned m = 0; m < 2; m++) {
+		farm_as *as = nodes[m].as;
+		struct farm_as_rcache *c = calloc(1, sizeof(*c));
+		assert_non_null(c);
+		for (unsigned round = 0; round < 2; round++) {
+			uint64_t misses = c->misses;
+			for (unsigned t = 0; t < 8; t++) {
+				farm_gaddr x =
+				        farm_gaddr_make(t % 2 ? b : a, 64u * t);
+				uint8_t *lp, *want_lp;
+				farm_mr_desc d = {0}, want_d = {0};
+				assert_int_equal(farm_as_resolve_cached(
+				                         as, c, x, 64, &lp, &d),
+				                 0);
+				assert_int_equal(farm_as_resolve(as, x, 64,
+				                                 &want_lp,
+				                                 &want_d),
+				                 0);
+				assert_ptr_equal(lp, want_lp);
+				assert_true(m == 0 ? lp != NULL : lp == NULL);
+				assert_memory_equal(&d, &want_d, sizeof(d));
+			}
+			assert_int_equal(c->misses - misses, 2);
+			/* A change of the table: every entry stale, never
+			 * used again (their answers scribbled over, which a
+			 * stale hit would return). */
+			struct res r = {0};
+			assert_int_equal(farm_as_region_alloc(nodes[2].as,
+			                                      nodes[2].loop, 0,
+			                                      region_done, &r),
+			                 0);
+			wait_res(&r);
+			assert_int_equal(r.status, 0);
+			for (unsigned i = 0; i < FARM_AS_RCACHE; i++) {
+				if (c->e[i].base)
+					c->e[i].base += 64;
+				c->e[i].d.key ^= 1;
+			}
+		}
+		free(c);
+	}
+}
+
 /* Malformed requests get an error reply, are counted, and change nothing. */
 static void test_bad_requests(void **state)
 {
@@ -588,6 +676,7 @@ int main(int argc, char **argv)
 	        cmocka_unit_test(test_alloc_and_access),
 	        cmocka_unit_test(test_bad_requests),
 	        cmocka_unit_test(test_ship_by_address),
+	        cmocka_unit_test(test_resolve_cache),
 	        cmocka_unit_test(test_drop_only_by_creator),
 	        cmocka_unit_test(test_filling_never_promoted),
 	        cmocka_unit_test(test_displaced_filling),

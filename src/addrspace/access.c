@@ -54,6 +54,29 @@ int farm_as_resolve(farm_as *as, farm_gaddr a, uint64_t len, uint8_t **local,
 	return rc;
 }
 
+/* A miss of the cache: the locked lookup, remembered under the generation
+ * @g read before it (a writer since then makes the entry stale, never
+ * wrong) in the first way of the region's set, the entry there moving to
+ * the second. Apart from the hit path, which then needs no stack frame. */
+static __attribute__((noinline)) int
+resolve_miss(farm_as *as, struct farm_as_rcache *c, farm_gaddr a, uint64_t len,
+             uint8_t **local, farm_mr_desc *desc, uint64_t g)
+{
+	int rc = farm_as_resolve(as, a, len, local, desc);
+	if (rc)
+		return rc;
+	uint32_t id = farm_gaddr_region(a);
+	struct farm_as_rcache_ent *e = &c->e[id % (FARM_AS_RCACHE / 2) * 2];
+	e[1] = e[0];
+	e[0] = (struct farm_as_rcache_ent){.id = id, .gen = g};
+	if (*local)
+		e[0].base = *local - farm_gaddr_offset(a);
+	else
+		e[0].d = *desc;
+	c->misses++;
+	return 0;
+}
+
 int farm_as_resolve_cached(farm_as *as, struct farm_as_rcache *c, farm_gaddr a,
                            uint64_t len, uint8_t **local, farm_mr_desc *desc)
 {
@@ -64,29 +87,23 @@ int farm_as_resolve_cached(farm_as *as, struct farm_as_rcache *c, farm_gaddr a,
 	/* Acquire: pairs with the release bump of gen in as_wrlock (an entry
 	 * cached under this generation predates no change of the map). */
 	uint64_t g = atomic_load_explicit(&as->gen, memory_order_acquire);
-	struct farm_as_rcache_ent *e = &c->e[id % FARM_AS_RCACHE];
-	if (e->id == id && e->gen == g) {
-		c->hits++;
-		if (e->base) {
-			*local = e->base + farm_gaddr_offset(a);
-		} else {
-			*local = NULL;
-			*desc = e->d;
-		}
-		return 0;
+	/* Two ways a set: a loop's lookups alternate between its own shard's
+	 * region and others', and two of those whose ids share a set (one
+	 * run in 64 with two shards, direct-mapped) missed every other time,
+	 * a locked lookup each. */
+	struct farm_as_rcache_ent *e = &c->e[id % (FARM_AS_RCACHE / 2) * 2];
+	if (e->id != id || e->gen != g) {
+		e++;
+		if (e->id != id || e->gen != g)
+			return resolve_miss(as, c, a, len, local, desc, g);
 	}
-	/* Miss: the locked lookup, remembered under the generation read
-	 * before it (a writer since then makes the entry stale, never
-	 * wrong). */
-	int rc = farm_as_resolve(as, a, len, local, desc);
-	if (rc)
-		return rc;
-	*e = (struct farm_as_rcache_ent){.id = id, .gen = g};
-	if (*local)
-		e->base = *local - farm_gaddr_offset(a);
-	else
-		e->d = *desc;
-	c->misses++;
+	c->hits++;
+	if (e->base) {
+		*local = e->base + farm_gaddr_offset(a);
+	} else {
+		*local = NULL;
+		*desc = e->d;
+	}
 	return 0;
 }
 

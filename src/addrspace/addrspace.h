@@ -257,6 +257,7 @@ int farm_as_resolve(farm_as *as, farm_gaddr a, uint64_t len, uint8_t **local,
  * write when the entry is current: entries are tagged with the address
  * space's generation, which every change of its table bumps. Reads served
  * from the cache are counted in the cache (hits), not in farm_as_stats.
+ * Two-way set associative: a region's set is its id mod FARM_AS_RCACHE / 2.
  */
 #define FARM_AS_RCACHE 64
 struct farm_as_rcache_ent {

@@ -119,6 +119,20 @@ const struct farm_ht_shard *farm_ht_shard_of(farm_ht *h, uint64_t hash,
 	return &h->shards[i];
 }
 
+void farm_ht_layout(farm_ht *h, const struct farm_ht_attr *a)
+{
+	h->H = a->neighborhood;
+	h->spb = a->neighborhood / 2;
+	h->K = (a->key_inline + 7) & ~7u;
+	h->V = (a->val_inline + 7) & ~7u;
+	h->slot_bytes = 8 + h->K + h->V;
+	h->bucket_data = BKT_HDR + h->spb * h->slot_bytes;
+	h->bucket_lines = obj_lines(h->bucket_data);
+	h->block_data = BLK_HDR + BLK_SLOTS * h->slot_bytes;
+	h->block_lines = obj_lines(h->block_data);
+	farm_ht_pair_map(h);
+}
+
 int farm_ht_create(farm_txm *txm, farm_as *as, farm_galloc *ga, farm_msg *msg,
                    const struct farm_ht_attr *attr, farm_ht **out)
 {
@@ -143,16 +157,7 @@ int farm_ht_create(farm_txm *txm, farm_as *as, farm_galloc *ga, farm_msg *msg,
 	h->ga = ga;
 	h->msg = msg;
 	h->me = farm_as_machine_id(as);
-	h->H = a.neighborhood;
-	h->spb = a.neighborhood / 2;
-	h->K = (a.key_inline + 7) & ~7u;
-	h->V = (a.val_inline + 7) & ~7u;
-	h->slot_bytes = 8 + h->K + h->V;
-	h->bucket_data = BKT_HDR + h->spb * h->slot_bytes;
-	h->bucket_lines = obj_lines(h->bucket_data);
-	h->block_data = BLK_HDR + BLK_SLOTS * h->slot_bytes;
-	h->block_lines = obj_lines(h->block_data);
-	farm_ht_pair_map(h);
+	farm_ht_layout(h, &a);
 	int rc = farm_msg_handle(msg, FARM_MSGT_HT_OP, farm_ht_h_op, h);
 	if (rc) {
 		free(h);

@@ -179,15 +179,14 @@ static void get_found(struct get_op *g, const uint8_t *s)
 }
 
 /* Found in slot @slot of the pair in g->img (header @hdr): the inline
- * value, gathered to the image's start (the image is ours until
- * get_end), or the object it names. */
+ * value, where it lies in the image or gathered to its start (the image
+ * is ours until get_end), or the object it names. */
 static void get_found_pair(struct get_op *g, unsigned slot, const uint8_t *hdr)
 {
 	uint32_t off = 8 + g->h->K;
 	if (!(hdr[0] & SLOT_INDIRECT)) {
 		uint32_t vl = slot_vlen(hdr);
-		farm_ht_pair_val_read(g->h, g->img, slot, vl, g->img);
-		get_end(g, 0, g->img, vl);
+		get_end(g, 0, farm_ht_pair_val(g->h, g->img, slot, vl), vl);
 		return;
 	}
 	farm_fatptr p;
@@ -351,8 +350,7 @@ static bool get_local_slot(struct get_op *g, unsigned lo, unsigned hi)
 	if (farm_as_config_id(h->as) != g->cfg)
 		return false;
 	uint32_t vl = slot_vlen(hdr);
-	farm_ht_pair_val_read(h, g->img, (unsigned)slot, vl, g->img);
-	get_end(g, 0, g->img, vl);
+	get_end(g, 0, farm_ht_pair_val(h, g->img, (unsigned)slot, vl), vl);
 	return true;
 }
 

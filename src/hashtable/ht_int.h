@@ -114,15 +114,20 @@ struct ht_counters {
 	_Atomic uint64_t v[16];
 };
 
-/* Where slot i of a bucket pair's image is (ht_pair.c): its header's
- * offset in the pair's image (contiguous or not), and its key area in at
- * most 3 pieces split by line versions. */
+/* Where slot i of a bucket pair's image is (ht_pair.c): its header in
+ * one piece or two (hdr_n bytes at hdr, the rest at hdr2) split by a
+ * line's version, and its key area in at most 3 pieces. */
 struct ht_smap {
-	uint16_t hdr;
+	uint16_t hdr, hdr2;
 	bool hdr_whole;
+	uint8_t hdr_n;
 	uint8_t npieces;
 	uint16_t key_at[3];
 	uint8_t key_n[3];
+	/* 8 key bytes from probe_key on lie in one piece, at probe_at
+	 * (probe_key 255: no piece holds 8) */
+	uint8_t probe_key;
+	uint16_t probe_at;
 	uint8_t nvpieces; /* 0: the value area is in more than 3 pieces */
 	uint16_t val_at[3];
 	uint8_t val_n[3];
@@ -279,6 +284,9 @@ struct cfree {
 };
 
 /* ht.c */
+/* The sizes of @h's buckets, slots and chain blocks and the pair map, for
+ * the attributes @a (checked, defaults filled in): farm_ht_create's. */
+void farm_ht_layout(farm_ht *h, const struct farm_ht_attr *a);
 int farm_ht_check_key(const void *key, uint32_t klen);
 const struct farm_ht_shard *farm_ht_shard_of(farm_ht *h, uint64_t hash,
                                              unsigned *idx);
@@ -288,7 +296,7 @@ const struct farm_ht_shard *farm_ht_shard_of(farm_ht *h, uint64_t hash,
  * (being installed, or the buckets are of different commits: read again),
  * FARM_ECORRUPT (not buckets). farm_ht_pair_find: the slot (0..H-1, b's
  * first) holding @key, its 8-byte header ([flags][klen][pad][vlen]) in
- * @hdr; -1 when neither bucket has it. */
+ * @hdr; -1 when neither bucket has it (@hdr then undefined). */
 void farm_ht_pair_map(farm_ht *h); /* fills h->smap, at creation */
 int farm_ht_pair_check(const farm_ht *h, const uint8_t *img, uint64_t *fwd);
 int farm_ht_pair_find(const farm_ht *h, const uint8_t *img, const void *key,
@@ -298,7 +306,7 @@ int farm_ht_pair_find(const farm_ht *h, const uint8_t *img, const void *key,
 int farm_ht_pair_find_in(const farm_ht *h, const uint8_t *img, unsigned lo,
                          unsigned hi, const void *key, uint32_t klen,
                          uint64_t hash, uint8_t hdr[8]);
-/* Does slot @slot of @img hold @key? Its header in @hdr, as
+/* Does slot @slot of @img hold @key? Its header in @hdr when it does, as
  * farm_ht_pair_find. */
 bool farm_ht_pair_slot_is(const farm_ht *h, const uint8_t *img, unsigned slot,
                           const void *key, uint32_t klen, uint64_t hash,
@@ -321,6 +329,18 @@ void farm_ht_pair_slot_read(const farm_ht *h, const uint8_t *img, unsigned slot,
  * farm_ht_pair_map made (no line arithmetic per lookup). */
 void farm_ht_pair_val_read(const farm_ht *h, const uint8_t *img, unsigned slot,
                            uint32_t n, void *out);
+/* Slot @slot's inline value of @n bytes, where it lies in @img when one
+ * piece holds it (most slots: no copy), else gathered to @img's start
+ * (farm_ht_pair_val_read); valid while @img is. */
+static inline const uint8_t *farm_ht_pair_val(const farm_ht *h, uint8_t *img,
+                                              unsigned slot, uint32_t n)
+{
+	const struct ht_smap *m = &h->smap[slot];
+	if (m->nvpieces && n <= m->val_n[0])
+		return img + m->val_at[0];
+	farm_ht_pair_val_read(h, img, slot, n, img);
+	return img;
+}
 void farm_ht_img_read(const uint8_t *obj, uint32_t off, uint32_t n, void *out);
 /* The home bucket's overflow chain pointer. */
 farm_fatptr farm_ht_pair_overflow(const uint8_t *img);

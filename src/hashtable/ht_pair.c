@@ -86,11 +86,25 @@ void farm_ht_pair_map(farm_ht *h)
 		struct ht_smap *m = &h->smap[i];
 		uint32_t base = i < h->spb ? 0 : 64u * h->bucket_lines;
 		uint32_t off = BKT_HDR + (i % h->spb) * h->slot_bytes;
-		m->hdr = (uint16_t)(base + img_off(off));
-		m->hdr_whole = img_off(off + 7) - img_off(off) == 7;
+		uint16_t at[3];
+		uint8_t n[3];
 		uint32_t left;
+		(void)map_pieces(base, off, 8, at, n, &left);
+		m->hdr = at[0];
+		m->hdr_whole = n[0] == 8;
+		m->hdr_n = n[0];
+		m->hdr2 = n[0] == 8 ? at[0] : at[1];
 		m->npieces = map_pieces(base, off + 8, h->K, m->key_at,
 		                        m->key_n, &left);
+		/* The probe: the first piece of 8 bytes or more (none: 255,
+		 * past every inline key's length). */
+		m->probe_key = 255;
+		for (unsigned p = 0, k = 0; p < m->npieces; k += m->key_n[p++])
+			if (m->key_n[p] >= 8) {
+				m->probe_key = (uint8_t)k;
+				m->probe_at = m->key_at[p];
+				break;
+			}
 		m->nvpieces = map_pieces(base, off + 8 + h->K, h->V, m->val_at,
 		                         m->val_n, &left);
 		if (left)
@@ -102,15 +116,38 @@ void farm_ht_pair_map(farm_ht *h)
 	}
 }
 
+static inline uint32_t get32(const uint8_t *p)
+{
+	uint32_t v;
+	memcpy(&v, p, 4);
+	return v;
+}
+
+static inline uint16_t get16(const uint8_t *p)
+{
+	uint16_t v;
+	memcpy(&v, p, 2);
+	return v;
+}
+
+/* Whether the @n bytes at @a and @b are equal: whole words, the last
+ * compare overlapping the one before it instead of a loop over the tail's
+ * bytes (a key's piece cut by a line's version is any length). */
 static inline bool eq_bytes(const uint8_t *a, const uint8_t *b, uint32_t n)
 {
-	for (; n >= 8; a += 8, b += 8, n -= 8)
-		if (get64(a) != get64(b))
-			return false;
-	for (; n; a++, b++, n--)
-		if (*a != *b)
-			return false;
-	return true;
+	if (n >= 8) {
+		for (; n > 8; a += 8, b += 8, n -= 8)
+			if (get64(a) != get64(b))
+				return false;
+		return get64(a + n - 8) == get64(b + n - 8);
+	}
+	if (n >= 4)
+		return get32(a) == get32(b) &&
+		       get32(a + n - 4) == get32(b + n - 4);
+	if (n >= 2)
+		return get16(a) == get16(b) &&
+		       get16(a + n - 2) == get16(b + n - 2);
+	return n == 0 || *a == *b;
 }
 
 /* Whether slot @m's key area starts with the @n bytes of @key. */
@@ -127,31 +164,71 @@ static inline bool key_eq(const uint8_t *img, const struct ht_smap *m,
 	return true;
 }
 
+/* Slot @m's 8-byte header, from its one or two pieces. */
+static inline void hdr_get(const uint8_t *img, const struct ht_smap *m,
+                           uint8_t hdr[8])
+{
+	if (FARM_LIKELY(m->hdr_whole)) {
+		memcpy(hdr, img + m->hdr, 8);
+		return;
+	}
+	for (unsigned i = 0; i < m->hdr_n; i++)
+		hdr[i] = img[m->hdr + i];
+	for (unsigned i = m->hdr_n; i < 8; i++)
+		hdr[i] = img[m->hdr2 + i - m->hdr_n];
+}
+
+/* The match of one slot, inlined into the search's loop: the search of a
+ * pair runs it on every slot before the key's, and a call per slot (its
+ * arguments, a stack frame for the rare paths) cost more than the
+ * compares. @kf: the key length a matching header holds (0 for a long
+ * key, whose hash is in the key area: @hb). */
+static inline bool slot_is(const uint8_t *img, const struct ht_smap *m,
+                           const uint8_t *key, uint32_t klen, uint8_t kf,
+                           const uint8_t *hb, uint8_t hdr[8])
+{
+	hdr_get(img, m, hdr);
+	if (!(hdr[0] & SLOT_USED) || hdr[1] != kf)
+		return false;
+	if (kf)
+		return key_eq(img, m, key, klen);
+	return (hdr[0] & SLOT_LONGKEY) && key_eq(img, m, hb, 8);
+}
+
 bool farm_ht_pair_slot_is(const farm_ht *h, const uint8_t *img, unsigned slot,
                           const void *key, uint32_t klen, uint64_t hash,
                           uint8_t hdr[8])
 {
-	const struct ht_smap *m = &h->smap[slot];
-	if (m->hdr_whole)
-		memcpy(hdr, img + m->hdr, 8);
-	else
-		farm_ht_pair_slot_read(h, img, slot, 0, 8, hdr);
-	if (!(hdr[0] & SLOT_USED) || hdr[1] != (klen > h->K ? 0 : klen))
-		return false;
-	if (klen <= h->K)
-		return key_eq(img, m, key, klen);
 	uint8_t hb[8];
 	put64(hb, hash);
-	return (hdr[0] & SLOT_LONGKEY) && key_eq(img, m, hb, 8);
+	return slot_is(img, &h->smap[slot], key, klen,
+	               (uint8_t)(klen > h->K ? 0 : klen), hb, hdr);
+}
+
+/* A search's first look at a slot: 8 bytes of a short key (@kf, as
+ * slot_is) in one piece of the slot's key area (ht_smap's probe) compared
+ * as one word. Most slots a search passes hold another key of the same
+ * length (their headers agree), and this one compare tells them apart. */
+static inline bool probe_differs(const uint8_t *img, const struct ht_smap *m,
+                                 const uint8_t *key, uint32_t klen, uint8_t kf)
+{
+	return kf && m->probe_key + 8u <= klen &&
+	       get64(img + m->probe_at) != get64(key + m->probe_key);
 }
 
 int farm_ht_pair_find_in(const farm_ht *h, const uint8_t *img, unsigned lo,
                          unsigned hi, const void *key, uint32_t klen,
                          uint64_t hash, uint8_t hdr[8])
 {
-	for (unsigned i = lo; i < hi; i++)
-		if (farm_ht_pair_slot_is(h, img, i, key, klen, hash, hdr))
+	uint8_t hb[8];
+	put64(hb, hash);
+	uint8_t kf = (uint8_t)(klen > h->K ? 0 : klen);
+	for (unsigned i = lo; i < hi; i++) {
+		const struct ht_smap *m = &h->smap[i];
+		if (!probe_differs(img, m, key, klen, kf) &&
+		    slot_is(img, m, key, klen, kf, hb, hdr))
 			return (int)i;
+	}
 	return -1;
 }
 
