@@ -342,6 +342,7 @@ struct cluster {
 	pid_t pid[MAXM];
 	unsigned n;
 	uint64_t nkeys;
+	bool warmed; /* a measured command has run (kb_cluster_cmd) */
 };
 /* Start g_opt.machines machine processes with @nkeys keys' room under
  * @tmp, again up to 3 times when joining timed out. 0 or an error (said). */
