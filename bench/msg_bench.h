@@ -21,13 +21,13 @@
 
 #define BU_UNLIKELY(x) __builtin_expect(!!(x), 0)
 
-#define PROG            "msg_bench"
-#define MAX_SIZES       16
-#define MAX_DEPTH       4096u
-#define MAX_SAMPLES     (1u << 20)
-#define CLIENT_ID       0u
-#define SERVER_ID       1u
-#define NS_PER_S        1000000000ull
+#define PROG        "msg_bench"
+#define MAX_SIZES   16
+#define MAX_DEPTH   4096u
+#define MAX_SAMPLES (1u << 20)
+#define CLIENT_ID   0u
+#define SERVER_ID   1u
+#define NS_PER_S    1000000000ull
 /* No progress for this long is a hang, not a slow run: a loaded 2-core
  * host (the smoke test in make check) has starved the server past 5 s. */
 #define STALL_NS        (20 * NS_PER_S)
