@@ -99,43 +99,56 @@ static void srv_get_done(farm_loop *loop, void *ctx, int status,
 	srv_advance(s);
 }
 
-/* All answered: one reply, values while they fit, then SPILL markers. */
+/* The reply's payload size; a value that would not fit after those before
+ * it is marked SPILL (the asker reads it itself). */
+static uint32_t srv_fit(struct srv *s, uint32_t maxp)
+{
+	/* srv_parse bounds the fixed part by maxp. */
+	uint64_t off = sizeof(struct farm_kv_mget_rep) + 8ull * s->n;
+	for (unsigned j = 0; j < s->n; j++) {
+		struct srv_key *k = &s->k[j];
+		if (k->status != 0)
+			continue;
+		if (off + k->vlen > maxp)
+			k->status = FARM_KV_MGET_SPILL;
+		else
+			off += k->vlen;
+	}
+	return (uint32_t)off;
+}
+
+/* All answered: one reply, written in place (farm_msg_reply_begin), values
+ * while they fit, then SPILL markers. */
+static int srv_write(struct srv *s)
+{
+	uint32_t len = srv_fit(s, farm_msg_max_payload(s->kv->msg));
+	int rc;
+	uint8_t *r = farm_msg_reply_begin(s->loop, &s->tok, len, &rc);
+	if (!r)
+		return rc == -ENOMEM
+		               ? farm_msg_reply_error(s->loop, &s->tok, rc)
+		               : rc;
+	struct farm_kv_mget_rep h = {.nkeys = s->n};
+	memcpy(r, &h, sizeof(h));
+	uint32_t off = sizeof(h);
+	for (unsigned j = 0; j < s->n; j++) {
+		const struct srv_key *k = &s->k[j];
+		int32_t st = k->status;
+		memcpy(r + off, &st, 4);
+		memcpy(r + off + 4, &k->vlen, 4);
+		off += 8;
+		if (st == 0 && k->vlen) {
+			memcpy(r + off, k->val, k->vlen);
+			off += k->vlen;
+		}
+	}
+	return farm_msg_reply_end(s->loop);
+}
+
 static void srv_reply(struct srv *s)
 {
 	farm_kv *kv = s->kv;
-	uint32_t maxp = farm_msg_max_payload(kv->msg);
-	uint64_t fixed = sizeof(struct farm_kv_mget_rep) + 8ull * s->n;
-	uint64_t want = fixed;
-	for (unsigned j = 0; j < s->n; j++)
-		if (s->k[j].status == 0)
-			want += s->k[j].vlen;
-	uint32_t len = (uint32_t)FARM_MIN(want, (uint64_t)maxp);
-	uint8_t *r = malloc(len);
-	int rc;
-	if (!r) {
-		rc = farm_msg_reply_error(s->loop, &s->tok, -ENOMEM);
-	} else {
-		struct farm_kv_mget_rep h = {.nkeys = s->n};
-		memcpy(r, &h, sizeof(h));
-		uint64_t off = sizeof(h), vals = 0;
-		for (unsigned j = 0; j < s->n; j++) {
-			struct srv_key *k = &s->k[j];
-			int32_t st = k->status;
-			uint32_t vl = k->vlen;
-			if (st == 0 && fixed + vals + vl > maxp)
-				st = FARM_KV_MGET_SPILL;
-			memcpy(r + off, &st, 4);
-			memcpy(r + off + 4, &vl, 4);
-			off += 8;
-			if (st == 0) {
-				memcpy(r + off, k->val, vl);
-				off += vl;
-				vals += vl;
-			}
-		}
-		rc = farm_msg_reply(s->loop, &s->tok, r, (uint32_t)off);
-		free(r);
-	}
+	int rc = srv_write(s);
 	if (rc)
 		farm_warn("kv: cannot answer machine %" PRIu32 "'s multi-get: "
 		          "%s",

@@ -49,27 +49,29 @@ static int osrv_check(farm_kv *kv, const uint8_t *p, uint32_t len,
 	return 0;
 }
 
+/* The answer written in place in the reply (farm_msg_reply_begin): status,
+ * length, then the value, copied once from the lookup's copy. */
+static int osrv_write(farm_loop *loop, const struct farm_msg_token *tok,
+                      int32_t st, const void *val, uint32_t n)
+{
+	int rc;
+	uint8_t *r = farm_msg_reply_begin(loop, tok, 8u + n, &rc);
+	if (!r)
+		return rc == -ENOMEM ? farm_msg_reply_error(loop, tok, rc) : rc;
+	memcpy(r, &st, 4);
+	memcpy(r + 4, &n, 4);
+	if (n)
+		memcpy(r + 8, val, n);
+	return farm_msg_reply_end(loop);
+}
+
 static void osrv_answer(farm_loop *loop, struct osrv *s, int32_t st,
                         const void *val, uint32_t vlen)
 {
-	uint8_t small[8 + 256];
 	uint32_t maxp = farm_msg_max_payload(s->kv->msg);
 	if (st == 0 && 8ull + vlen > maxp)
 		st = FARM_KV_MGET_SPILL;
-	uint32_t n = st == 0 ? vlen : 0;
-	uint8_t *r = 8u + n <= sizeof(small) ? small : malloc(8u + n);
-	int rc;
-	if (!r) {
-		rc = farm_msg_reply_error(loop, &s->tok, -ENOMEM);
-	} else {
-		memcpy(r, &st, 4);
-		memcpy(r + 4, &n, 4);
-		if (n)
-			memcpy(r + 8, val, n);
-		rc = farm_msg_reply(loop, &s->tok, r, 8u + n);
-		if (r != small)
-			free(r);
-	}
+	int rc = osrv_write(loop, &s->tok, st, val, st == 0 ? vlen : 0);
 	if (rc)
 		farm_warn("kv: cannot answer machine %" PRIu32 "'s get: %s",
 		          s->tok.machine, farm_strerror(rc));
