@@ -593,9 +593,7 @@ static void validate_more(farm_tx *tx)
 		struct txobj *o = &tx->o[tx->vnext];
 		if (txo_is_write(o) || !(o->flags & TXO_READ))
 			continue;
-		const _Atomic uint64_t *lp =
-		        (const _Atomic uint64_t *)(const void *)txn_local_ptr(
-		                tx->tl, o->a, 8);
+		const _Atomic uint64_t *lp = farm_as_local_ptr(m->as, o->a, 8);
 		if (lp) {
 			/* Pairs with the release of the version at unlock and
 			 * install (participant.c, farm_txn_single_install). */

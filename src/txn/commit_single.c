@@ -17,24 +17,16 @@
 
 static _Atomic uint64_t *local_hdr(farm_tx *tx, const struct txobj *o)
 {
-	return (_Atomic uint64_t *)(void *)txn_local_ptr(tx->tl, o->a,
-	                                                 64ull * o->lines);
+	return farm_as_local_ptr(tx->m->as, o->a, 64ull * o->lines);
 }
 
 /* An object this commit locked here: in our primary copy, or in the copy
- * growth demoted since (txn_own_ptr's answer; the primary's through the
- * loop's cache). */
+ * growth demoted since (txn_own_ptr). */
 static _Atomic uint64_t *own_hdr(farm_tx *tx, const struct txobj *o,
                                  bool *demoted)
 {
-	uint64_t len = 64ull * o->lines;
-	uint8_t *p = txn_local_ptr(tx->tl, o->a, len);
-	*demoted = false;
-	if (!p) {
-		p = farm_as_demoted_ptr(tx->m->as, o->a, len);
-		*demoted = p != NULL;
-	}
-	return (_Atomic uint64_t *)(void *)p;
+	return (_Atomic uint64_t *)(void *)txn_own_ptr(
+	        tx->m, o->a, 64ull * o->lines, demoted);
 }
 
 void farm_txn_single_unlock(farm_tx *tx, unsigned upto)

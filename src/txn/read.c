@@ -548,7 +548,7 @@ int farm_tx_read_local(farm_tx *tx, farm_gaddr a, uint32_t size,
 	if (!lines || farm_gaddr_offset(a) % 64 ||
 	    !farm_gaddr_valid(a, 64ull * lines, farm_as_region_size(m->as)))
 		return -EINVAL;
-	const uint8_t *p = txn_local_ptr(tx->tl, a, 64ull * lines);
+	const uint8_t *p = farm_as_local_ptr(m->as, a, 64ull * lines);
 	if (!p)
 		return -EREMOTE;
 	uint8_t *img = arena_get(&tx->tl->ar, 64ull * lines);

@@ -292,24 +292,6 @@ bool farm_txn_copy_apply(uint8_t *p, unsigned lines, const uint8_t *img,
  * read it, so committed writes must reach it). *@demoted says which (the
  * allocator has given a demoted region up: no free there). NULL when
  * neither. Never for a LOCK: a primary locks only its own copy. */
-/* farm_as_local_ptr's answer (the local address of [@a, @a + @len) when
- * this machine is its region's primary, else NULL) through @tl's resolve
- * cache: no read lock of the address space when the entry is of the
- * current generation, which every change of the map bumps, so it is the
- * locked look-up's answer. On @tl's loop only (the cache is the loop's).
- * A single-machine commit looks up each object to lock it, check it and
- * install it, and its reads each one: in YCSB-A's count the locked
- * look-ups were about a tenth of an update's instructions. */
-static inline uint8_t *txn_local_ptr(struct txloop *tl, farm_gaddr a,
-                                     uint64_t len)
-{
-	uint8_t *p;
-	farm_mr_desc d;
-	if (farm_as_resolve_cached(tl->m->as, &tl->rc, a, len, &p, &d))
-		return NULL;
-	return p;
-}
-
 static inline uint8_t *txn_own_ptr(farm_txm *m, farm_gaddr a, uint64_t len,
                                    bool *demoted)
 {
