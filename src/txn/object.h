@@ -48,6 +48,8 @@ static inline unsigned obj_lines(uint32_t size)
 		return 0;
 	if (size <= OBJ_LINE0_DATA)
 		return 1;
+	if (size <= OBJ_LINE0_DATA + OBJ_LINE_DATA)
+		return 2; /* the common small object: no division */
 	return 1 + (size - OBJ_LINE0_DATA + OBJ_LINE_DATA - 1) / OBJ_LINE_DATA;
 }
 
