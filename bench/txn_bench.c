@@ -340,22 +340,14 @@ static int coord_lf(struct coord *c)
 {
 	struct mach *m = c->m;
 	struct lfrun *lr = c->lr;
-	uint32_t nlf = c->nlf = g_sh->m[1].nlf;
-	uint32_t *desc_of = malloc((size_t)nlf * sizeof(*desc_of));
+	c->nlf = g_sh->m[1].nlf;
 	size_t bufsz = (size_t)MAX_DEPTH * 128;
 	uint8_t *bufs = aligned_alloc(4096, bufsz);
 	farm_mr *mr = NULL;
 	int rc = 0;
-	if (!desc_of || !bufs) {
+	if (!bufs) {
 		rc = -ENOMEM;
 		goto out;
-	}
-	for (uint32_t i = 0; i < nlf; i++) {
-		uint32_t r = farm_gaddr_region(g_sh->lf[i]);
-		desc_of[i] = 0;
-		for (uint32_t j = 0; j < g_sh->m[1].nreg; j++)
-			if (g_sh->m[1].reg_id[j] == r)
-				desc_of[i] = j;
 	}
 	memset(bufs, 0, bufsz);
 	if ((rc = farm_mr_reg(farm_node_fabric(m->node), bufs, bufsz,
@@ -365,7 +357,8 @@ static int coord_lf(struct coord *c)
 	}
 	lr->m = m;
 	lr->mr = mr;
-	lr->desc_of = desc_of;
+	lr->reg_id = g_sh->m[1].reg_id;
+	lr->nreg = g_sh->m[1].nreg;
 	lr->descs = g_sh->m[1].reg_desc;
 	for (unsigned i = 0; i < MAX_DEPTH; i++)
 		lr->slots[i].buf = bufs + (size_t)i * 128;
@@ -376,7 +369,6 @@ out:
 	if (mr)
 		farm_mr_dereg(mr);
 	free(bufs);
-	free(desc_of);
 	return rc;
 }
 

@@ -148,7 +148,11 @@ struct lfrun {
 	uint64_t rnd, ops, fatal;
 	const farm_gaddr *objs;
 	uint32_t nobj;
-	const uint32_t *desc_of; /* per object: index into descs */
+	/* The raw READs' regions: descs[j] stands for machine 1's region
+	 * reg_id[j] (found by a scan of these few, hot entries, as the
+	 * lock-free read finds its descriptor in a small per-loop cache). */
+	const uint32_t *reg_id;
+	uint32_t nreg;
 	const farm_mr_desc *descs;
 	farm_mr *mr;
 	struct samples lat;

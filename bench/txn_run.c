@@ -322,8 +322,10 @@ static void lf_issue(struct lfslot *s)
 		                  UINT64_MAX, s->buf, lf_cb, s);
 	} else {
 		uint32_t len = r->kind == RAW_64 ? 64 : 128;
-		s->wr = farm_wr_read(0, s->buf, r->mr, len,
-		                     &r->descs[r->desc_of[i]],
+		uint32_t reg = farm_gaddr_region(a), j = 0;
+		while (j + 1 < r->nreg && r->reg_id[j] != reg)
+			j++;
+		s->wr = farm_wr_read(0, s->buf, r->mr, len, &r->descs[j],
 		                     farm_gaddr_offset(a));
 		rc = farm_loop_rdma(r->m->loop, 1, &s->wr, lf_cb, s);
 	}

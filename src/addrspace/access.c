@@ -87,17 +87,9 @@ int farm_as_resolve_cached(farm_as *as, struct farm_as_rcache *c, farm_gaddr a,
 	/* Acquire: pairs with the release bump of gen in as_wrlock (an entry
 	 * cached under this generation predates no change of the map). */
 	uint64_t g = atomic_load_explicit(&as->gen, memory_order_acquire);
-	/* Two ways a set: a loop's lookups alternate between its own shard's
-	 * region and others', and two of those whose ids share a set (one
-	 * run in 64 with two shards, direct-mapped) missed every other time,
-	 * a locked lookup each. */
-	struct farm_as_rcache_ent *e = &c->e[id % (FARM_AS_RCACHE / 2) * 2];
-	if (e->id != id || e->gen != g) {
-		e++;
-		if (e->id != id || e->gen != g)
-			return resolve_miss(as, c, a, len, local, desc, g);
-	}
-	c->hits++;
+	const struct farm_as_rcache_ent *e = farm_as_rcache_hit(c, g, id);
+	if (!e)
+		return resolve_miss(as, c, a, len, local, desc, g);
 	if (e->base) {
 		*local = e->base + farm_gaddr_offset(a);
 	} else {

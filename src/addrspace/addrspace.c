@@ -285,6 +285,14 @@ uint64_t farm_as_config_id(const farm_as *as)
 	return as ? atomic_load_explicit(&as->config_id, memory_order_acquire)
 	          : 0;
 }
+const _Atomic uint64_t *farm_as_gen_word(const farm_as *as)
+{
+	return &as->gen;
+}
+const _Atomic uint64_t *farm_as_config_word(const farm_as *as)
+{
+	return &as->config_id;
+}
 uint64_t farm_as_region_size(const farm_as *as)
 {
 	return as ? as->region_size : 0;

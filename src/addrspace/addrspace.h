@@ -274,6 +274,37 @@ int farm_as_resolve_cached(farm_as *as, struct farm_as_rcache *c, farm_gaddr a,
                            uint64_t len, uint8_t **local, farm_mr_desc *desc);
 
 /*
+ * For a hot path that has checked its address already and keeps the
+ * words below (a lock-free read: src/txn/read.c), the cache's hit path
+ * inline. farm_as_gen_word() / farm_as_config_word(): the generation
+ * (load it with acquire: pairs with the release bump in as_wrlock) and
+ * the configuration id (acquire: pairs with its release store when a view
+ * is installed, as_view.c) that farm_as_resolve_cached and
+ * farm_as_config_id read; they live as long as @as. farm_as_rcache_hit():
+ * the current entry of @id under generation @gen, counted as a hit, or
+ * NULL (then farm_as_resolve_cached looks it up and fills the entry).
+ */
+const _Atomic uint64_t *farm_as_gen_word(const farm_as *as);
+const _Atomic uint64_t *farm_as_config_word(const farm_as *as);
+static inline const struct farm_as_rcache_ent *
+farm_as_rcache_hit(struct farm_as_rcache *c, uint64_t gen, uint32_t id)
+{
+	/* Two ways a set: a loop's lookups alternate between its own shard's
+	 * region and others', and two of those whose ids share a set (one
+	 * run in 64 with two shards, direct-mapped) missed every other time,
+	 * a locked lookup each. */
+	const struct farm_as_rcache_ent *e =
+	        &c->e[id % (FARM_AS_RCACHE / 2) * 2];
+	if (e->id != id || e->gen != gen) {
+		e++;
+		if (e->id != id || e->gen != gen)
+			return NULL;
+	}
+	c->hits++;
+	return e;
+}
+
+/*
  * farm_as_region_alloc() - a new region with this machine as primary:
  * picks an id (on a random ring, or, when @near is a region id, close
  * after it on its ring), creates and registers the region, has each backup

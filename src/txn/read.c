@@ -90,12 +90,9 @@ static void rd_again_post(farm_loop *loop, void *ctx, int status)
 	rd_start(op);
 }
 
-/* The image read: one object, or each element of an array range. */
-static int rd_validate(struct rd_op *op)
+/* The image read of an array range: each element. */
+static int rd_validate_array(struct rd_op *op)
 {
-	if (op->nel <= 1)
-		return obj_check(op->img, op->lines, op->want, &op->version,
-		                 &op->incarn);
 	unsigned el = op->lines / op->nel;
 	for (unsigned k = 0; k < op->nel; k++) {
 		uint64_t v, w;
@@ -111,6 +108,16 @@ static int rd_validate(struct rd_op *op)
 	return 0;
 }
 
+/* The image read: one object (inline: every read checks one), or each
+ * element of an array range. */
+static inline int rd_validate(struct rd_op *op)
+{
+	if (op->nel <= 1)
+		return obj_check(op->img, op->lines, op->want, &op->version,
+		                 &op->incarn);
+	return rd_validate_array(op);
+}
+
 /* Whether the configuration changed since the copy was resolved (after
  * the copy: the fence orders its loads before the id's). A view can move
  * a region's primary while its old copy lives on (growth demotes it,
@@ -122,7 +129,8 @@ static bool rd_moved(const struct rd_op *op)
 	/* Pairs with the release store of the id when a configuration is
 	 * installed (as_view.c). */
 	atomic_thread_fence(memory_order_acquire);
-	return farm_as_config_id(op->tl->m->as) != op->cfg;
+	return atomic_load_explicit(op->tl->m->as_cfg, memory_order_acquire) !=
+	       op->cfg;
 }
 
 static void rd_check(struct rd_op *op)
@@ -168,10 +176,27 @@ static void rd_start(struct rd_op *op)
 	struct txloop *tl = op->tl;
 	farm_txm *m = tl->m;
 	uint64_t len = 64ull * op->lines;
-	uint8_t *p;
+	uint8_t *p = NULL;
 	farm_mr_desc d;
-	op->cfg = farm_as_config_id(m->as);
-	int rc = farm_as_resolve_cached(m->as, &tl->rc, op->a, len, &p, &d);
+	const farm_mr_desc *dp = &d;
+	/* Acquire: pairs with the release store of the id when a
+	 * configuration is installed (as_view.c); read before the copy is
+	 * resolved, as rd_moved reads it after the copy. */
+	op->cfg = atomic_load_explicit(m->as_cfg, memory_order_acquire);
+	/* The cache's hit inline (the address was checked by rd_new); a
+	 * miss looks the region up. Acquire: pairs with the release bump of
+	 * the generation when the address space's table changes
+	 * (as_wrlock). */
+	uint64_t g = atomic_load_explicit(m->as_gen, memory_order_acquire);
+	const struct farm_as_rcache_ent *e =
+	        farm_as_rcache_hit(&tl->rc, g, farm_gaddr_region(op->a));
+	int rc = 0;
+	if (e && e->base)
+		p = e->base + farm_gaddr_offset(op->a);
+	else if (e)
+		dp = &e->d;
+	else
+		rc = farm_as_resolve_cached(m->as, &tl->rc, op->a, len, &p, &d);
 	if (!rc && p) {
 		if (!farm_lines_copy(op->img, p, len, LINE_TRIES)) {
 			rd_retry(op);
@@ -196,8 +221,8 @@ static void rd_start(struct rd_op *op)
 	if (!rc) {
 		/* The primary's descriptor is cached: one READ, posted here. */
 		farm_wr wr = farm_wr_read(0, op->img, tl->ar.mr, (uint32_t)len,
-		                          &d, farm_gaddr_offset(op->a));
-		rc = farm_loop_rdma(tl->loop, d.machine, &wr, rd_remote_done,
+		                          dp, farm_gaddr_offset(op->a));
+		rc = farm_loop_rdma(tl->loop, dp->machine, &wr, rd_remote_done,
 		                    op);
 	} else if (rc == -EAGAIN) {
 		rc = farm_as_read(m->as, tl->loop, op->a, op->img, tl->ar.mr,
@@ -242,8 +267,7 @@ static struct rd_op *rd_new(struct txloop *tl, farm_gaddr a, uint32_t size,
 {
 	farm_txm *m = tl->m;
 	unsigned lines = obj_lines(size);
-	if (!lines ||
-	    !farm_gaddr_valid(a, 64ull * lines, farm_as_region_size(m->as)) ||
+	if (!lines || !farm_gaddr_valid(a, 64ull * lines, m->region_size) ||
 	    farm_gaddr_offset(a) % 64) {
 		*rc = -EINVAL;
 		return NULL;
@@ -343,7 +367,7 @@ int farm_lf_read_array(farm_txm *m, farm_loop *loop, farm_fatptr first,
 		return -E2BIG; /* one READ of at most 1 MiB */
 	uint64_t stride = 64ull * el;
 	farm_gaddr a = first.addr + stride * from;
-	if (!farm_gaddr_valid(a, stride * count, farm_as_region_size(m->as)) ||
+	if (!farm_gaddr_valid(a, stride * count, m->region_size) ||
 	    farm_gaddr_region(a) != farm_gaddr_region(first.addr))
 		return -EINVAL;
 	int rc;
@@ -546,7 +570,7 @@ int farm_tx_read_local(farm_tx *tx, farm_gaddr a, uint32_t size,
 	farm_txm *m = tx->m;
 	unsigned lines = obj_lines(size);
 	if (!lines || farm_gaddr_offset(a) % 64 ||
-	    !farm_gaddr_valid(a, 64ull * lines, farm_as_region_size(m->as)))
+	    !farm_gaddr_valid(a, 64ull * lines, m->region_size))
 		return -EINVAL;
 	const uint8_t *p = farm_as_local_ptr(m->as, a, 64ull * lines);
 	if (!p)

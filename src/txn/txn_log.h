@@ -174,11 +174,14 @@ struct lock_ent {
 
 /* ---- arena: registered staging memory ------------------------------- */
 
+/* The class of @n bytes: the smallest c with 64 << c >= n, or -1 past
+ * the largest. A count of leading zeros, not a loop: every read gets and
+ * puts an image. */
 static inline int arena_cls(size_t n)
 {
-	int c = 0;
-	while (((size_t)64 << c) < n)
-		c++;
+	if (n <= 64)
+		return 0;
+	int c = 64 - __builtin_clzll((unsigned long long)((n - 1) >> 6));
 	return c < NCLS ? c : -1;
 }
 

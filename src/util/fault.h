@@ -587,6 +587,11 @@ enum farm_fault_point {
 	 * installed between the two stamps the commit with the new
 	 * configuration over the old one's backups, and it installs). */
 	FARM_FP_TX_CFG_LATE,
+	/* txn/object.h obj_check, a switch: while hooked, a later line whose
+	 * version disagrees with the header's is taken as consistent, so a
+	 * read that straddled an install returns a torn object
+	 * (test_lf_torn --broken must see one returned). */
+	FARM_FP_OBJ_NO_LINE_CHECK,
 	FARM_FP_COUNT
 };
 

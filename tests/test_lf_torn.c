@@ -1,0 +1,185 @@
+/*
+ * A lock-free read never returns a torn or exclusively locked object as
+ * consistent (src/txn/README.md, "Object layout"; txn/object.h obj_check),
+ * on three in-process machines (asntx.h). An object of 4 lines is changed
+ * by hand at its primary, as an install caught half-way leaves it, and
+ * read with farm_lf_read from the primary (a local copy) and from another
+ * machine (one one-sided READ):
+ *   - a later line holding the next version's data and line version under
+ *     the old header (a READ that copied the header before the install
+ *     and that line after it): -EBUSY once the read's retries run out,
+ *     never 0; the same with line 1 torn;
+ *   - the header locked exclusive: -EBUSY;
+ *   - the header locked shared (a commit's lock before its install): the
+ *     object, whole;
+ *   - put back: the object, whole, and a wrong incarnation FARM_EFREED.
+ *
+ * --broken: the line versions are not compared with the header's
+ * (FARM_FP_OBJ_NO_LINE_CHECK): the torn cases alone, each of which must
+ * see the torn object returned as consistent.
+ */
+#include "asntx.h"
+#include "brokenarg.h"
+
+#include <inttypes.h>
+#include <stdlib.h>
+
+#include "txn/object.h"
+
+#define RSIZE (16ull << 20)
+#define SIZE  200u /* 4 lines: 48 + 62 + 62 + 28 bytes */
+#define FILL  0x11
+#define NEWB  0x22
+
+static bool Broken;
+
+static int setup(void **state)
+{
+	(void)state;
+	asn_open(&C, 3, RSIZE, NULL);
+	return 0;
+}
+
+static int teardown(void **state)
+{
+	(void)state;
+	asn_close(&C);
+	return 0;
+}
+
+struct obj {
+	farm_fatptr p;
+	unsigned prim;  /* index of its primary in C.m */
+	unsigned other; /* a machine that is not its primary */
+	uint8_t *h;     /* its lines at the primary */
+	uint8_t saved[64 * 4];
+};
+
+static void obj_make(struct obj *o)
+{
+	assert_int_equal(obj_lines(SIZE), 4);
+	o->p = make_obj(0, SIZE, FILL);
+	o->prim = primary_of(o->p.addr) - 1;
+	o->other = (o->prim + 1) % 3;
+	o->h = farm_as_local_ptr(C.m[o->prim].as, o->p.addr, 64 * 4);
+	assert_non_null(o->h);
+	memcpy(o->saved, o->h, sizeof(o->saved));
+}
+
+static void obj_put_back(struct obj *o)
+{
+	memcpy(o->h, o->saved, sizeof(o->saved));
+}
+
+/* Line @l (1..3) as the next version's install writes it: its version
+ * and its data new, the header still the old one, unlocked. */
+static void obj_tear(struct obj *o, unsigned l)
+{
+	uint64_t v;
+	memcpy(&v, o->h, 8);
+	uint16_t nv = obj_v16(v + OBJ_VSTEP);
+	memcpy(o->h + 64 * l, &nv, 2);
+	memset(o->h + 64 * l + 2, NEWB, 62);
+}
+
+/* Whether @buf holds the committed object (every byte FILL). */
+static bool whole(const uint8_t *buf)
+{
+	for (unsigned i = 0; i < SIZE; i++)
+		if (buf[i] != FILL)
+			return false;
+	return true;
+}
+
+/* The read of @o from machine @m: its status, @buf filled on 0. */
+static int read_from(const struct obj *o, unsigned m, uint8_t *buf)
+{
+	memset(buf, 0, SIZE);
+	return lf(m, o->p.addr, SIZE, o->p.incarnation, buf);
+}
+
+/* A torn object read from the primary and from another machine: -EBUSY
+ * (--broken: returned, torn). */
+static void torn_case(struct obj *o, unsigned l)
+{
+	const unsigned from[2] = {o->prim, o->other};
+	for (unsigned k = 0; k < 2; k++) {
+		uint8_t buf[SIZE];
+		obj_tear(o, l);
+		int rc = read_from(o, from[k], buf);
+		obj_put_back(o);
+		printf("line %u torn, read %s: %s%s\n", l,
+		       k ? "remote" : "local", farm_strerror(rc),
+		       !rc && !whole(buf) ? " (torn object returned)" : "");
+		if (Broken) {
+			if (rc || whole(buf))
+				fail_msg("--broken: line %u torn, %s read: %s, "
+				         "the torn object was not returned",
+				         l, k ? "remote" : "local",
+				         farm_strerror(rc));
+			continue;
+		}
+		assert_int_equal(rc, -EBUSY);
+	}
+}
+
+static void test_torn(void **state)
+{
+	(void)state;
+	struct obj o;
+	obj_make(&o);
+	uint8_t buf[SIZE];
+	assert_int_equal(read_from(&o, o.other, buf), 0);
+	assert_true(whole(buf));
+	torn_case(&o, 3);
+	torn_case(&o, 1);
+	assert_int_equal(read_from(&o, o.other, buf), 0);
+	assert_true(whole(buf));
+}
+
+static void test_locked(void **state)
+{
+	(void)state;
+	struct obj o;
+	obj_make(&o);
+	uint8_t buf[SIZE];
+	uint64_t v;
+	memcpy(&v, o.h, 8);
+	const unsigned from[2] = {o.prim, o.other};
+	for (unsigned k = 0; k < 2; k++) {
+		uint64_t x = v | OBJ_LOCK_EXCL;
+		memcpy(o.h, &x, 8);
+		int rc = read_from(&o, from[k], buf);
+		obj_put_back(&o);
+		printf("locked exclusive, read %s: %s\n",
+		       k ? "remote" : "local", farm_strerror(rc));
+		assert_int_equal(rc, -EBUSY);
+		x = v | OBJ_LOCK_SHARED;
+		memcpy(o.h, &x, 8);
+		rc = read_from(&o, from[k], buf);
+		obj_put_back(&o);
+		assert_int_equal(rc, 0);
+		assert_true(whole(buf));
+	}
+	assert_int_equal(read_from(&o, o.other, buf), 0);
+	assert_true(whole(buf));
+	assert_int_equal(lf(o.other, o.p.addr, SIZE, o.p.incarnation + 1, buf),
+	                 FARM_EFREED);
+}
+
+int main(int argc, char **argv)
+{
+	int st = tu_broken_arg(argc, argv, FARM_FP_OBJ_NO_LINE_CHECK, &Broken);
+	if (st)
+		return st;
+	const struct CMUnitTest tests[] = {
+	        cmocka_unit_test_setup_teardown(test_torn, setup, teardown),
+	        cmocka_unit_test_setup_teardown(test_locked, setup, teardown),
+	};
+	const struct CMUnitTest broken_tests[] = {
+	        cmocka_unit_test_setup_teardown(test_torn, setup, teardown),
+	};
+	if (Broken)
+		return cmocka_run_group_tests(broken_tests, NULL, NULL);
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
