@@ -208,6 +208,7 @@ int farm_ht_attach(farm_ht *h, farm_loop *loop)
 static void loop_free(struct htloop *l)
 {
 	farm_ht_gets_free(l);
+	farm_ht_pend_free(l);
 	farm_mr_dereg(l->mr);
 	free(l->pool);
 	free(l->q);
