@@ -169,6 +169,8 @@ int farm_ht_create(farm_txm *txm, farm_as *as, farm_galloc *ga, farm_msg *msg,
 
 void farm_ht_destroy(farm_ht *h)
 {
+	if (h)
+		farm_ht_puts_free(h);
 	free(h);
 }
 

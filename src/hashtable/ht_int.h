@@ -160,6 +160,12 @@ struct farm_ht {
 	 * KV lookup's CPU. Kept here, not in the htloop, so that
 	 * farm_ht_stats_get can add them up while loops detach. */
 	struct ht_counters lst[MAX_LOOPS];
+	/* Shipped writes' continuations (ht_ship.c), recycled per loop
+	 * index, each list touched by that loop's thread alone; here, not
+	 * in the htloop, because a write's answer may come after its loop
+	 * detached (ship does not need the attach); freed with the table. */
+	struct put_ctx *free_puts[MAX_LOOPS];
+	unsigned nfree_puts[MAX_LOOPS];
 };
 
 enum {
@@ -355,8 +361,10 @@ int farm_ht_lease_checked(farm_ht *h, int status);
 
 /* ht_get.c: free a loop's recycled lookups (at detach). */
 void farm_ht_gets_free(struct htloop *l);
-/* ht_ship.c: free a loop's recycled shipped writes (at its free). */
+/* ht_ship.c: free a loop's recycled shipped writes (at its free), the
+ * table's recycled continuations (at its destroy). */
 void farm_ht_pend_free(struct htloop *l);
+void farm_ht_puts_free(farm_ht *h);
 /* ht.c: free a detached loop's state once nothing is out on it (no
  * lookup, no write batch): called by the detach and by each lookup's or
  * batch's end on a detached loop. Nothing for a loop still attached. */

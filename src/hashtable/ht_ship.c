@@ -27,10 +27,59 @@ struct op_req {
 /* Requests up to this size are built on the caller's stack. */
 #define SHIP_STACK 512u
 
+/* Continuations kept per loop index, at most. */
+#define PUT_KEEP 256u
+
 struct put_ctx {
 	farm_op_fn cont;
 	void *ctx;
+	farm_ht *h;
+	unsigned li; /* the calling loop's index */
+	struct put_ctx *next_free;
 };
+
+/* A write's continuation from @h's list for loop index @li (a malloc
+ * and a free an update were part of YCSB-A's count); NULL out of
+ * memory. The caller sets cont and ctx. */
+static struct put_ctx *put_get(farm_ht *h, unsigned li)
+{
+	struct put_ctx *c = li < MAX_LOOPS ? h->free_puts[li] : NULL;
+	if (c) {
+		h->free_puts[li] = c->next_free;
+		h->nfree_puts[li]--;
+	} else if (!(c = malloc(sizeof(*c)))) {
+		return NULL;
+	}
+	c->h = h;
+	c->li = li;
+	c->next_free = NULL;
+	return c;
+}
+
+static void put_put(struct put_ctx *c)
+{
+	farm_ht *h = c->h;
+	unsigned li = c->li;
+	if (li >= MAX_LOOPS || h->nfree_puts[li] >= PUT_KEEP) {
+		free(c);
+		return;
+	}
+	c->next_free = h->free_puts[li];
+	h->free_puts[li] = c;
+	h->nfree_puts[li]++;
+}
+
+void farm_ht_puts_free(farm_ht *h)
+{
+	for (unsigned i = 0; i < MAX_LOOPS; i++) {
+		while (h->free_puts[i]) {
+			struct put_ctx *c = h->free_puts[i];
+			h->free_puts[i] = c->next_free;
+			free(c);
+		}
+		h->nfree_puts[i] = 0;
+	}
+}
 
 static void put_reply(farm_loop *loop, void *ctx, int status, const void *reply,
                       uint32_t len)
@@ -38,8 +87,11 @@ static void put_reply(farm_loop *loop, void *ctx, int status, const void *reply,
 	(void)reply;
 	(void)len;
 	struct put_ctx *c = ctx;
-	c->cont(loop, c->ctx, status);
-	free(c);
+	farm_op_fn cont = c->cont;
+	void *cctx = c->ctx;
+	/* Back first: the continuation may ship the next write. */
+	put_put(c);
+	cont(loop, cctx, status);
 }
 
 static int ship(farm_ht *h, farm_loop *loop, uint8_t op, const void *key,
@@ -66,11 +118,12 @@ static int ship(farm_ht *h, farm_loop *loop, uint8_t op, const void *key,
 	 * (a malloc and a free an update, in YCSB-A's count). */
 	uint8_t small[SHIP_STACK];
 	uint8_t *req = len <= sizeof(small) ? small : malloc(len);
-	struct put_ctx *c = malloc(sizeof(*c));
+	struct put_ctx *c = put_get(h, farm_loop_index(loop));
 	if (!req || !c) {
 		if (req != small)
 			free(req);
-		free(c);
+		if (c)
+			put_put(c);
 		return -ENOMEM;
 	}
 	struct op_req q = {
@@ -79,14 +132,15 @@ static int ship(farm_ht *h, farm_loop *loop, uint8_t op, const void *key,
 	memcpy(req + sizeof(q), key, klen);
 	if (vlen)
 		memcpy(req + sizeof(q) + klen, val, vlen);
-	*c = (struct put_ctx){.cont = cont, .ctx = ctx};
+	c->cont = cont;
+	c->ctx = ctx;
 	/* The owner's commit may wait for log room: allow it time. */
 	rc = farm_as_call(h->as, loop, sd->base, FARM_MSGT_HT_OP, req,
 	                  (uint32_t)len, 10ull * 1000000000ull, put_reply, c);
 	if (req != small)
 		free(req);
 	if (rc)
-		free(c);
+		put_put(c);
 	else
 		farm_stat_add(&h->st.v[op == 1 ? T_PUTS : T_DELS], 1);
 	return rc;
