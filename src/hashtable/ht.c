@@ -169,6 +169,8 @@ int farm_ht_create(farm_txm *txm, farm_as *as, farm_galloc *ga, farm_msg *msg,
 
 void farm_ht_destroy(farm_ht *h)
 {
+	if (h)
+		farm_ht_puts_free(h);
 	free(h);
 }
 
@@ -208,6 +210,7 @@ int farm_ht_attach(farm_ht *h, farm_loop *loop)
 static void loop_free(struct htloop *l)
 {
 	farm_ht_gets_free(l);
+	farm_ht_pend_free(l);
 	farm_mr_dereg(l->mr);
 	free(l->pool);
 	free(l->q);

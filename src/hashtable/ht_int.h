@@ -67,6 +67,7 @@ struct pending {
 	uint8_t op; /* 1 put, 2 del */
 	uint32_t klen, vlen;
 	int status;
+	uint32_t cap;  /* bytes of buf (a recycled one may hold more) */
 	uint64_t hash; /* the key's, taken once on arrival */
 	uint8_t buf[]; /* key, then value */
 };
@@ -95,8 +96,12 @@ struct htloop {
 	uint64_t rand;
 	struct get_op *free_gets; /* recycled lookups (bucket buffers kept) */
 	struct first_op *free_firsts; /* recycled farm_ht_get_first states */
-	struct farm_as_rcache rc;     /* where shards are */
-	struct ht_counters *lst; /* this loop's lookup counters (in farm_ht) */
+	/* Recycled shipped writes (ht_ship.c, pend_get): a malloc and a
+	 * free an update were a visible part of YCSB-A's instructions. */
+	struct pending *free_pend;
+	unsigned nfree_pend;
+	struct farm_as_rcache rc; /* where shards are */
+	struct ht_counters *lst;  /* this loop's lookup counters (in farm_ht) */
 	/* Lookups (farm_ht_get, farm_ht_get_first) started and not yet
 	 * answered: each holds a pool buffer (a READ may still land in it)
 	 * and comes back to this state on a later pass. */
@@ -155,6 +160,12 @@ struct farm_ht {
 	 * KV lookup's CPU. Kept here, not in the htloop, so that
 	 * farm_ht_stats_get can add them up while loops detach. */
 	struct ht_counters lst[MAX_LOOPS];
+	/* Shipped writes' continuations (ht_ship.c), recycled per loop
+	 * index, each list touched by that loop's thread alone; here, not
+	 * in the htloop, because a write's answer may come after its loop
+	 * detached (ship does not need the attach); freed with the table. */
+	struct put_ctx *free_puts[MAX_LOOPS];
+	unsigned nfree_puts[MAX_LOOPS];
 };
 
 enum {
@@ -350,6 +361,10 @@ int farm_ht_lease_checked(farm_ht *h, int status);
 
 /* ht_get.c: free a loop's recycled lookups (at detach). */
 void farm_ht_gets_free(struct htloop *l);
+/* ht_ship.c: free a loop's recycled shipped writes (at its free), the
+ * table's recycled continuations (at its destroy). */
+void farm_ht_pend_free(struct htloop *l);
+void farm_ht_puts_free(farm_ht *h);
 /* ht.c: free a detached loop's state once nothing is out on it (no
  * lookup, no write batch): called by the detach and by each lookup's or
  * batch's end on a detached loop. Nothing for a loop still attached. */

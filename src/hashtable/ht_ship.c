@@ -24,10 +24,62 @@ struct op_req {
 	/* key, then value */
 };
 
+/* Requests up to this size are built on the caller's stack. */
+#define SHIP_STACK 512u
+
+/* Continuations kept per loop index, at most. */
+#define PUT_KEEP 256u
+
 struct put_ctx {
 	farm_op_fn cont;
 	void *ctx;
+	farm_ht *h;
+	unsigned li; /* the calling loop's index */
+	struct put_ctx *next_free;
 };
+
+/* A write's continuation from @h's list for loop index @li (a malloc
+ * and a free an update were part of YCSB-A's count); NULL out of
+ * memory. The caller sets cont and ctx. */
+static struct put_ctx *put_get(farm_ht *h, unsigned li)
+{
+	struct put_ctx *c = li < MAX_LOOPS ? h->free_puts[li] : NULL;
+	if (c) {
+		h->free_puts[li] = c->next_free;
+		h->nfree_puts[li]--;
+	} else if (!(c = malloc(sizeof(*c)))) {
+		return NULL;
+	}
+	c->h = h;
+	c->li = li;
+	c->next_free = NULL;
+	return c;
+}
+
+static void put_put(struct put_ctx *c)
+{
+	farm_ht *h = c->h;
+	unsigned li = c->li;
+	if (li >= MAX_LOOPS || h->nfree_puts[li] >= PUT_KEEP) {
+		free(c);
+		return;
+	}
+	c->next_free = h->free_puts[li];
+	h->free_puts[li] = c;
+	h->nfree_puts[li]++;
+}
+
+void farm_ht_puts_free(farm_ht *h)
+{
+	for (unsigned i = 0; i < MAX_LOOPS; i++) {
+		while (h->free_puts[i]) {
+			struct put_ctx *c = h->free_puts[i];
+			h->free_puts[i] = c->next_free;
+			free(c);
+		}
+		h->nfree_puts[i] = 0;
+	}
+}
 
 static void put_reply(farm_loop *loop, void *ctx, int status, const void *reply,
                       uint32_t len)
@@ -35,8 +87,11 @@ static void put_reply(farm_loop *loop, void *ctx, int status, const void *reply,
 	(void)reply;
 	(void)len;
 	struct put_ctx *c = ctx;
-	c->cont(loop, c->ctx, status);
-	free(c);
+	farm_op_fn cont = c->cont;
+	void *cctx = c->ctx;
+	/* Back first: the continuation may ship the next write. */
+	put_put(c);
+	cont(loop, cctx, status);
 }
 
 static int ship(farm_ht *h, farm_loop *loop, uint8_t op, const void *key,
@@ -59,11 +114,16 @@ static int ship(farm_ht *h, farm_loop *loop, uint8_t op, const void *key,
 	if (!sd)
 		return -ENOENT;
 	size_t len = sizeof(struct op_req) + klen + vlen;
-	uint8_t *req = malloc(len);
-	struct put_ctx *c = malloc(sizeof(*c));
+	/* The call copies the request: a small one is built on the stack
+	 * (a malloc and a free an update, in YCSB-A's count). */
+	uint8_t small[SHIP_STACK];
+	uint8_t *req = len <= sizeof(small) ? small : malloc(len);
+	struct put_ctx *c = put_get(h, farm_loop_index(loop));
 	if (!req || !c) {
-		free(req);
-		free(c);
+		if (req != small)
+			free(req);
+		if (c)
+			put_put(c);
 		return -ENOMEM;
 	}
 	struct op_req q = {
@@ -72,13 +132,15 @@ static int ship(farm_ht *h, farm_loop *loop, uint8_t op, const void *key,
 	memcpy(req + sizeof(q), key, klen);
 	if (vlen)
 		memcpy(req + sizeof(q) + klen, val, vlen);
-	*c = (struct put_ctx){.cont = cont, .ctx = ctx};
+	c->cont = cont;
+	c->ctx = ctx;
 	/* The owner's commit may wait for log room: allow it time. */
 	rc = farm_as_call(h->as, loop, sd->base, FARM_MSGT_HT_OP, req,
 	                  (uint32_t)len, 10ull * 1000000000ull, put_reply, c);
-	free(req);
+	if (req != small)
+		free(req);
 	if (rc)
-		free(c);
+		put_put(c);
 	else
 		farm_stat_add(&h->st.v[op == 1 ? T_PUTS : T_DELS], 1);
 	return rc;
@@ -121,13 +183,58 @@ static void reply_op(struct htloop *l, struct pending *p, int status)
 		          p->tok.machine, farm_strerror(rc));
 }
 
-/* Answer every write of list @p with @status, freeing them. */
+/* Shipped writes kept on a loop's free list, at most, and the room a
+ * fresh one gets (YCSB's keys and values fit): a write that needs more
+ * takes a larger one, which goes back to the list like any other. */
+#define PEND_KEEP 256u
+#define PEND_ROOM 256u
+
+/* A shipped write's record for @need bytes of key and value, from @l's
+ * free list when its head has the room; NULL out of memory. The caller
+ * sets every field (farm_ht_h_op). */
+static struct pending *pend_get(struct htloop *l, uint32_t need)
+{
+	struct pending *p = l->free_pend;
+	if (p && p->cap >= need) {
+		l->free_pend = p->next;
+		l->nfree_pend--;
+		return p;
+	}
+	uint32_t cap = need > PEND_ROOM ? need : PEND_ROOM;
+	p = malloc(sizeof(*p) + cap);
+	if (p)
+		p->cap = cap;
+	return p;
+}
+
+static void pend_put(struct htloop *l, struct pending *p)
+{
+	if (l->nfree_pend >= PEND_KEEP) {
+		free(p);
+		return;
+	}
+	p->next = l->free_pend;
+	l->free_pend = p;
+	l->nfree_pend++;
+}
+
+void farm_ht_pend_free(struct htloop *l)
+{
+	while (l->free_pend) {
+		struct pending *p = l->free_pend;
+		l->free_pend = p->next;
+		free(p);
+	}
+	l->nfree_pend = 0;
+}
+
+/* Answer every write of list @p with @status, recycling them. */
 static void reply_all(struct htloop *l, struct pending *p, int status)
 {
 	while (p) {
 		struct pending *n = p->next;
 		reply_op(l, p, status);
-		free(p);
+		pend_put(l, p);
 		p = n;
 	}
 }
@@ -251,7 +358,7 @@ static void batch_done(farm_loop *loop, void *ctx, int outcome)
 	while (p) {
 		struct pending *n = p->next;
 		reply_op(l, p, outcome ? outcome : p->status);
-		free(p);
+		pend_put(l, p);
 		p = n;
 	}
 	q->busy = false;
@@ -499,15 +606,19 @@ void farm_ht_h_op(farm_loop *loop, const farm_msg_in *in, void *arg)
 			          in->src_machine);
 		return;
 	}
-	struct pending *p = malloc(sizeof(*p) + q.klen + q.vlen);
+	struct pending *p = pend_get(l, q.klen + q.vlen);
 	if (!p) {
 		if (farm_msg_reply_error(loop, &in->token, -ENOMEM))
 			farm_warn("ht: cannot answer machine %" PRIu32,
 			          in->src_machine);
 		return;
 	}
-	*p = (struct pending){
-	        .tok = in->token, .op = q.op, .klen = q.klen, .vlen = q.vlen};
+	uint32_t cap = p->cap;
+	*p = (struct pending){.tok = in->token,
+	                      .op = q.op,
+	                      .klen = q.klen,
+	                      .vlen = q.vlen,
+	                      .cap = cap};
 	memcpy(p->buf, (const uint8_t *)in->payload + sizeof(q),
 	       q.klen + q.vlen);
 	p->hash = farm_ht_hash(p->buf, q.klen);

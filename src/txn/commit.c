@@ -96,7 +96,11 @@ static int build_rec(farm_tx *tx, int type, uint32_t p, uint32_t b,
 	uint8_t *buf = arena_get(&tx->tl->ar, sz);
 	if (!buf)
 		return -ENOMEM;
-	memset(buf, 0, sz);
+	/* Every byte is written below but the tail after the region list
+	 * (the pad to 64, the checksum and the trailer, which the log's
+	 * append sets): zeroing the whole record first was an eighth of
+	 * YCSB-A's malloc, free, memset and memcpy instructions. The header
+	 * and the object entries have no padding (txn_log.h). */
 	struct rec_hdr h = {.type = (uint16_t)type,
 	                    .nobj = (uint16_t)n,
 	                    .txid = tx->id,
@@ -136,6 +140,8 @@ static int build_rec(farm_tx *tx, int type, uint32_t p, uint32_t b,
 		img += 64ull * o->lines;
 	}
 	memcpy(img, tx->regs, 4ull * tx->nregs);
+	uint8_t *end = img + 4ull * tx->nregs;
+	memset(end, 0, (size_t)(buf + sz - end));
 	*out = buf;
 	*len = sz;
 	return 0;

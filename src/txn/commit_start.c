@@ -212,10 +212,16 @@ static int commit_read_only(farm_tx *tx)
 /* The regions it writes (at most @nw), for every record's region list. */
 static int commit_regions(farm_tx *tx, unsigned nw)
 {
-	free(tx->regs);
-	tx->regs = malloc(sizeof(*tx->regs) * nw);
-	if (!tx->regs)
-		return -ENOMEM;
+	/* A recycled record's list is kept (farm_tx_begin) when it has the
+	 * room. */
+	if (tx->capregs < nw) {
+		uint32_t *r = malloc(sizeof(*r) * nw);
+		if (!r)
+			return -ENOMEM;
+		free(tx->regs);
+		tx->regs = r;
+		tx->capregs = nw;
+	}
 	tx->nregs = 0;
 	for (unsigned i = 0; i < tx->n; i++) {
 		if (!txo_is_write(&tx->o[i]))

@@ -37,23 +37,35 @@ int farm_tx_begin(farm_txm *m, farm_loop *loop, farm_tx **out)
 	}
 	if (i == TX_SLOTS)
 		return -EAGAIN;
-	/* A recycled record keeps its object array; everything else starts
+	/* A recycled record keeps its arrays (objects, participants, log
+	 * records, regions) and data chunks, emptied; everything else starts
 	 * zeroed, as calloc gave it. */
 	farm_tx *tx = tl->tx_free_list;
 	if (tx) {
 		tl->tx_free_list = tx->next_free;
 		tl->tx_nfree--;
+		/* Field by field: a copy of the whole record is as long as
+		 * the memset. */
 		struct txobj *o = tx->o;
-		unsigned cap = tx->cap;
 		struct txpart *ph = tx->pheap;
-		unsigned capheap = tx->capheap;
-		struct txdata *data = tx->data;
+		struct txrec *recs = tx->recs;
+		uint32_t *regs = tx->regs;
+		struct txdata *data = tx->data, *spare = tx->data_spare;
+		unsigned cap = tx->cap, capheap = tx->capheap,
+		         caprecs = tx->caprecs, capregs = tx->capregs,
+		         nspare = tx->nspare;
 		memset(tx, 0, sizeof(*tx));
 		tx->o = o;
 		tx->cap = cap;
 		tx->pheap = ph;
 		tx->capheap = capheap;
+		tx->recs = recs;
+		tx->caprecs = caprecs;
+		tx->regs = regs;
+		tx->capregs = capregs;
 		tx->data = data;
+		tx->data_spare = spare;
+		tx->nspare = nspare;
 	} else if (!(tx = calloc(1, sizeof(*tx)))) {
 		return -ENOMEM;
 	}
@@ -73,9 +85,14 @@ int farm_tx_begin(farm_txm *m, farm_loop *loop, farm_tx **out)
  * keeps its room). */
 static struct txdata *data_chunk(farm_tx *tx, uint32_t cap, bool own)
 {
-	struct txdata *d = malloc(sizeof(*d) + cap);
-	if (!d)
+	struct txdata *d = NULL;
+	if (!own && cap == TXD_CHUNK && tx->data_spare) {
+		d = tx->data_spare;
+		tx->data_spare = d->next;
+		tx->nspare--;
+	} else if (!(d = malloc(sizeof(*d) + cap))) {
 		return NULL;
+	}
 	d->used = own ? cap : 0;
 	d->cap = cap;
 	if (own && tx->data) {
@@ -109,7 +126,8 @@ uint8_t *farm_txn_data_get(farm_tx *tx, uint32_t size)
 }
 
 /* Every object's data goes; the head chunk stays with the record when it
- * has a small objects' chunk's size (farm_tx_begin reuses it, emptied). */
+ * has a small objects' chunk's size (farm_tx_begin reuses it, emptied),
+ * and up to TXD_SPARE more of that size as spares (data_chunk). */
 static void data_put(farm_tx *tx)
 {
 	struct txdata *keep = tx->data;
@@ -118,7 +136,13 @@ static void data_put(farm_tx *tx)
 	struct txdata *d = keep ? keep->next : tx->data;
 	while (d) {
 		struct txdata *next = d->next;
-		free(d);
+		if (d->cap == TXD_CHUNK && tx->nspare < TXD_SPARE) {
+			d->next = tx->data_spare;
+			tx->data_spare = d;
+			tx->nspare++;
+		} else {
+			free(d);
+		}
 		d = next;
 	}
 	if (keep) {
@@ -135,8 +159,6 @@ void farm_txn_tx_free(farm_tx *tx)
 		tl->slots[txid_seq(tx->id) % TX_SLOTS] = NULL;
 	data_put(tx);
 	farm_txn_sync_orphans_free(tx);
-	free(tx->recs);
-	free(tx->regs);
 	farm_epoch_op_end(tx->ep);
 	/* Kept for the next farm_tx_begin on this loop: a transaction record
 	 * is 1.6 KB (past malloc's per-thread cache), and allocating and
@@ -146,6 +168,11 @@ void farm_txn_tx_free(farm_tx *tx)
 		free(tx->pheap);
 		tx->pheap = NULL;
 		tx->capheap = 0;
+	}
+	if (tx->caprecs > TX_POOL_PARTS) {
+		free(tx->recs);
+		tx->recs = NULL;
+		tx->caprecs = 0;
 	}
 	if (tl->tx_nfree < TX_POOL && tx->cap <= TX_POOL_OBJS) {
 		tx->next_free = tl->tx_free_list;
@@ -159,8 +186,15 @@ void farm_txn_tx_free(farm_tx *tx)
 void farm_txn_tx_pool_drop(farm_tx *tx)
 {
 	free(tx->data); /* data_put left one chunk at most */
+	while (tx->data_spare) {
+		struct txdata *d = tx->data_spare;
+		tx->data_spare = d->next;
+		free(d);
+	}
 	free(tx->o);
 	free(tx->pheap);
+	free(tx->recs);
+	free(tx->regs);
 	free(tx);
 }
 

@@ -121,7 +121,7 @@ struct farm_tx {
 	uint64_t cseq;  /* commit sequence (0: none taken) */
 	uint32_t cfg;   /* configuration when the commit started */
 	uint32_t *regs; /* the regions it writes (records' region list) */
-	unsigned nregs;
+	unsigned nregs, capregs;
 	/* Promoted primaries waiting for its decision (recover.c). */
 	struct rec_waiter {
 		uint64_t cfg;
@@ -132,6 +132,10 @@ struct farm_tx {
 	farm_tx *next_free; /* in its loop's tx_free_list */
 	/* Its objects' data (struct txdata): the newest chunk first. */
 	struct txdata *data;
+	/* Emptied TXD_CHUNK chunks a recycled record keeps beyond its head
+	 * (at most TXD_SPARE), for the next ones it needs. */
+	struct txdata *data_spare;
+	unsigned nspare;
 };
 
 /* ---- transactions: their objects' data ------------------------------ */
@@ -145,10 +149,14 @@ struct farm_tx {
  * object over TXD_BIG gets a chunk of its own. A recycled transaction
  * record keeps one TXD_CHUNK chunk, so a short transaction's reads
  * allocate nothing (malloc and free per read were a visible part of a
- * read's cost: TATP's GET_NEW_DESTINATION, perf).
+ * read's cost: TATP's GET_NEW_DESTINATION, perf), and up to TXD_SPARE
+ * more for one that reads more (a hashtable write batch's bucket pairs:
+ * a chunk's malloc, past the per-thread cache, and its free were a
+ * tenth of YCSB-A's allocation instructions).
  */
 #define TXD_CHUNK 2048u
 #define TXD_BIG   512u
+#define TXD_SPARE 3u
 
 struct txdata {
 	struct txdata *next;
