@@ -625,29 +625,6 @@ static inline void post_view_load(const struct shm_ep *ep, struct post_view *v)
 	}
 }
 
-/* Prefetch @n > 0 lines from @l on: four a step and the rest by a jump,
- * a READ of a bucket pair's 10 lines in half the instructions of a loop
- * of one a step (a pass posts some thirty such READs). */
-static inline void prefetch_lines(const uint8_t *l, uint32_t n)
-{
-	for (; n >= 4; n -= 4, l += 4 * FARM_CL) {
-		__builtin_prefetch(l, 0, 3);
-		__builtin_prefetch(l + FARM_CL, 0, 3);
-		__builtin_prefetch(l + 2 * FARM_CL, 0, 3);
-		__builtin_prefetch(l + 3 * FARM_CL, 0, 3);
-	}
-	switch (n) {
-	case 3:
-		__builtin_prefetch(l + 2 * FARM_CL, 0, 3);
-		/* fall through */
-	case 2:
-		__builtin_prefetch(l + FARM_CL, 0, 3);
-		/* fall through */
-	case 1: __builtin_prefetch(l, 0, 3); break;
-	default: break;
-	}
-}
-
 /* The fast paths' checks (farm_wr_check(), local_ok() and
  * resolve_cached() in one): @wr is an @opcode without flags but SIGNALED,
  * under the cached key, within @range bytes of its registration, from a
@@ -702,7 +679,7 @@ static inline bool post_read(const struct post_view *v, struct shm_op *op,
 	op->flags = wr->flags;
 	op->executed = 0;
 	op->fast = v->ready == 0;
-	prefetch_lines(rptr, FARM_MIN(len / FARM_CL, SHM_PREFETCH_LINES));
+	farm_prefetch_lines(rptr, FARM_MIN(len / FARM_CL, SHM_PREFETCH_LINES));
 	return true;
 }
 
