@@ -35,6 +35,11 @@
 #include "fabric/ofi_testing.h"
 #endif
 
+static uint64_t n_reads = 10000000;
+static bool broken;
+static int line_check = 1; /* FARM_SHM_KNOB_LINE_CHECK */
+static bool expect_torn;   /* --broken, --broken-check */
+
 /* Switch the guarantee under test on or off in the provider the test runs
  * on; returns the previous setting. */
 static int set_knob(int on)
@@ -48,17 +53,42 @@ static int set_knob(int on)
 	return farm_shm_testing_set(FARM_SHM_KNOB_LINE_ATOMIC, on);
 }
 
+/* The run's switches set (their previous settings in @prev), and put
+ * back. */
+static void knobs_set(int prev[2])
+{
+	prev[0] = prev[1] = 1;
+	if (broken)
+		prev[0] = set_knob(0);
+	if (line_check != 1)
+		prev[1] = farm_shm_testing_set(FARM_SHM_KNOB_LINE_CHECK,
+		                               line_check);
+}
+
+static void knobs_restore(const int prev[2])
+{
+	if (broken)
+		set_knob(prev[0]);
+	if (line_check != 1)
+		farm_shm_testing_set(FARM_SHM_KNOB_LINE_CHECK, prev[1]);
+}
+
+static const char *mode_name(void)
+{
+	if (broken)
+		return "line atomicity OFF";
+	if (line_check == 2)
+		return "tearing copy, checked";
+	return line_check == 0 ? "tearing copy, unchecked"
+	                       : "line atomicity ON";
+}
+
 #define OBJS       16
 #define LINES_MAX  8
 #define OBJ_STRIDE (LINES_MAX * 64)
 #define CTRL_OFF   (OBJS * OBJ_STRIDE) /* stop word */
 #define RSIZE      (1u << 20)
 #define WINDOW     8
-
-static uint64_t n_reads = 10000000;
-static bool broken;
-static int line_check = 1; /* FARM_SHM_KNOB_LINE_CHECK */
-static bool expect_torn;   /* --broken, --broken-check */
 
 static unsigned obj_lines(unsigned o)
 {
@@ -135,12 +165,8 @@ static void test_torn(void **state)
 	assert_int_equal(farm_mr_reg(fab, buf, WINDOW * OBJ_STRIDE,
 	                             FARM_ACCESS_LOCAL, &lmr),
 	                 0);
-	int prev = 1, prev_check = 1;
-	if (broken)
-		prev = set_knob(0);
-	if (line_check != 1)
-		prev_check = farm_shm_testing_set(FARM_SHM_KNOB_LINE_CHECK,
-		                                  line_check);
+	int prev[2];
+	knobs_set(prev);
 
 	uint64_t reads = 0, valid = 0, invalid = 0, torn = 0, posted = 0;
 	unsigned slot_obj[WINDOW];
@@ -206,10 +232,7 @@ static void test_torn(void **state)
 		assert_true(n >= 0);
 		left -= (uint64_t)n;
 	}
-	if (broken)
-		set_knob(prev);
-	if (line_check != 1)
-		farm_shm_testing_set(FARM_SHM_KNOB_LINE_CHECK, prev_check);
+	knobs_restore(prev);
 	/* Stop the writer with a one-sided WRITE of its stop word. */
 	uint64_t one = 1;
 	memcpy(buf, &one, 8);
@@ -222,12 +245,8 @@ static void test_torn(void **state)
 	       " failed validation (retried by a real reader), %" PRIu64
 	       " torn; "
 	       "seqlock give-ups %" PRIu64 "\n",
-	       broken            ? "line atomicity OFF"
-	       : line_check == 2 ? "tearing copy, checked"
-	       : line_check == 0 ? "tearing copy, unchecked"
-	                         : "line atomicity ON",
-	       reads, secs, reads / secs / 1e6, valid, invalid, torn,
-	       farm_shm_testing_line_giveups());
+	       mode_name(), reads, secs, reads / secs / 1e6, valid, invalid,
+	       torn, farm_shm_testing_line_giveups());
 	farm_ep_destroy(ep);
 	assert_int_equal(farm_cq_destroy(cq), 0);
 	farm_mr_dereg(lmr);

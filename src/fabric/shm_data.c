@@ -279,10 +279,16 @@ static once_fn once_pick(void)
 #endif
 }
 
-/* A fast READ's copy (harvest_reads, execute_pending): whole lines. */
+/* A fast READ's copy (harvest_reads, execute_pending): whole lines. A
+ * single line keeps the inline copy (no call; 64-byte READs looked slower
+ * through the call in fabric_bench pairs). */
 static inline void read_fast(uint8_t *dst, const uint8_t *src, size_t len,
                              once_fn once)
 {
+	if (len == FARM_CL) {
+		read_line(dst, src, FARM_CL, (const _Atomic uint64_t *)src);
+		return;
+	}
 	FARM_TSAN_IGNORE_READS_BEGIN();
 	bool ok = once(dst, src, len);
 	FARM_TSAN_IGNORE_READS_END();
@@ -679,7 +685,11 @@ static inline bool post_read(const struct post_view *v, struct shm_op *op,
 	op->flags = wr->flags;
 	op->executed = 0;
 	op->fast = v->ready == 0;
-	farm_prefetch_lines(rptr, FARM_MIN(len / FARM_CL, SHM_PREFETCH_LINES));
+	const uint8_t *l = rptr,
+	              *end = l + FARM_MIN(len, SHM_PREFETCH_LINES * FARM_CL);
+	do
+		__builtin_prefetch(l, 0, 3);
+	while ((l += FARM_CL) < end);
 	return true;
 }
 

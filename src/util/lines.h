@@ -78,9 +78,11 @@ static inline bool farm_lines_copy(uint8_t *dst, const uint8_t *src, size_t len,
 
 /*
  * farm_prefetch_lines() - prefetch the @n lines from @p on (@p on a line's
- * start): four a step and the rest by a jump, a bucket pair's 10 lines in
- * about half the instructions of a loop of one a step, on every lookup's
- * issue (the shm fabric's READ post, a local lookup's buckets).
+ * start): four a step and the rest by a jump, a bucket in about half the
+ * instructions of a loop of one a step (a local lookup's buckets). The shm
+ * fabric's READ post keeps its loop of one a step: with this one,
+ * fabric_bench's 256-byte READ looked slower in 3 alternated pairs of 3
+ * at load 6.5-8.7 (inside that noise, not ruled out).
  */
 static inline void farm_prefetch_lines(const void *p, size_t n)
 {
