@@ -18,12 +18,6 @@
  *   --broken    the same with line atomicity switched off: it must find
  *               torn reads, which proves this test can fail.
  *   --reads N   how many reads (stress runs use more).
- *   --slow-copy (shm) the harvest's one check per READ around a copy that
- *               tears when raced (word by word, pausing): 0 torn, the
- *               check caught every tear.
- *   --broken-check (shm) that copy with the check's answer ignored: it must
- *               find torn reads, which proves --slow-copy's 0 means
- *               something.
  */
 #include "testutil.h"
 
@@ -34,11 +28,6 @@
 #ifdef FARM_HAVE_OFI
 #include "fabric/ofi_testing.h"
 #endif
-
-static uint64_t n_reads = 10000000;
-static bool broken;
-static int line_check = 1; /* FARM_SHM_KNOB_LINE_CHECK */
-static bool expect_torn;   /* --broken, --broken-check */
 
 /* Switch the guarantee under test on or off in the provider the test runs
  * on; returns the previous setting. */
@@ -53,42 +42,15 @@ static int set_knob(int on)
 	return farm_shm_testing_set(FARM_SHM_KNOB_LINE_ATOMIC, on);
 }
 
-/* The run's switches set (their previous settings in @prev), and put
- * back. */
-static void knobs_set(int prev[2])
-{
-	prev[0] = prev[1] = 1;
-	if (broken)
-		prev[0] = set_knob(0);
-	if (line_check != 1)
-		prev[1] = farm_shm_testing_set(FARM_SHM_KNOB_LINE_CHECK,
-		                               line_check);
-}
-
-static void knobs_restore(const int prev[2])
-{
-	if (broken)
-		set_knob(prev[0]);
-	if (line_check != 1)
-		farm_shm_testing_set(FARM_SHM_KNOB_LINE_CHECK, prev[1]);
-}
-
-static const char *mode_name(void)
-{
-	if (broken)
-		return "line atomicity OFF";
-	if (line_check == 2)
-		return "tearing copy, checked";
-	return line_check == 0 ? "tearing copy, unchecked"
-	                       : "line atomicity ON";
-}
-
 #define OBJS       16
 #define LINES_MAX  8
 #define OBJ_STRIDE (LINES_MAX * 64)
 #define CTRL_OFF   (OBJS * OBJ_STRIDE) /* stop word */
 #define RSIZE      (1u << 20)
 #define WINDOW     8
+
+static uint64_t n_reads = 10000000;
+static bool broken;
 
 static unsigned obj_lines(unsigned o)
 {
@@ -165,8 +127,9 @@ static void test_torn(void **state)
 	assert_int_equal(farm_mr_reg(fab, buf, WINDOW * OBJ_STRIDE,
 	                             FARM_ACCESS_LOCAL, &lmr),
 	                 0);
-	int prev[2];
-	knobs_set(prev);
+	int prev = 1;
+	if (broken)
+		prev = set_knob(0);
 
 	uint64_t reads = 0, valid = 0, invalid = 0, torn = 0, posted = 0;
 	unsigned slot_obj[WINDOW];
@@ -174,7 +137,7 @@ static void test_torn(void **state)
 	/* At least n_reads, and on until the writer has raced a read (it may
 	 * not have run yet on a loaded host), for a minute at most. */
 	uint64_t want = n_reads;
-	while (reads < want && !(expect_torn && torn >= 20)) {
+	while (reads < want && !(broken && torn >= 20)) {
 		if (reads + WINDOW >= want && !invalid &&
 		    farm_now_ns() - t0 < 60ull * 1000000000ull)
 			want += WINDOW;
@@ -232,7 +195,8 @@ static void test_torn(void **state)
 		assert_true(n >= 0);
 		left -= (uint64_t)n;
 	}
-	knobs_restore(prev);
+	if (broken)
+		set_knob(prev);
 	/* Stop the writer with a one-sided WRITE of its stop word. */
 	uint64_t one = 1;
 	memcpy(buf, &one, 8);
@@ -245,8 +209,9 @@ static void test_torn(void **state)
 	       " failed validation (retried by a real reader), %" PRIu64
 	       " torn; "
 	       "seqlock give-ups %" PRIu64 "\n",
-	       mode_name(), reads, secs, reads / secs / 1e6, valid, invalid,
-	       torn, farm_shm_testing_line_giveups());
+	       broken ? "line atomicity OFF" : "line atomicity ON", reads, secs,
+	       reads / secs / 1e6, valid, invalid, torn,
+	       farm_shm_testing_line_giveups());
 	farm_ep_destroy(ep);
 	assert_int_equal(farm_cq_destroy(cq), 0);
 	farm_mr_dereg(lmr);
@@ -258,7 +223,7 @@ static void test_torn(void **state)
 	/* The writer really raced the reader, or the test proves nothing. */
 	assert_true(invalid > 0);
 	assert_true(valid > 0);
-	if (expect_torn)
+	if (broken)
 		assert_true(torn > 0);
 	else
 		assert_int_equal(torn, 0);
@@ -279,18 +244,11 @@ int main(int argc, char **argv)
 	tu_require_provider();
 	for (int i = 1; i < argc; i++) {
 		if (!strcmp(argv[i], "--broken"))
-			broken = expect_torn = true;
-		else if (!strcmp(argv[i], "--slow-copy"))
-			line_check = 2;
-		else if (!strcmp(argv[i], "--broken-check"))
-			line_check = 0, expect_torn = true;
+			broken = true;
 		else if (!strcmp(argv[i], "--reads") && i + 1 < argc)
 			n_reads = strtoull(argv[++i], NULL, 10);
 		else {
-			fprintf(stderr,
-			        "usage: %s "
-			        "[--broken|--slow-copy|--broken-check] "
-			        "[--reads N]\n",
+			fprintf(stderr, "usage: %s [--broken] [--reads N]\n",
 			        argv[0]);
 			return 2;
 		}
@@ -298,12 +256,7 @@ int main(int argc, char **argv)
 	const struct CMUnitTest tests[] = {
 	        cmocka_unit_test_teardown(test_torn, kill_writer),
 	};
-	if (line_check != 1 && !tu_is_shm()) {
-		printf("--slow-copy and --broken-check are the shm "
-		       "provider's\n");
-		return 77; /* skipped */
-	}
-	return cmocka_run_group_tests_name(expect_torn ? "fabric_torn_broken"
-	                                               : "fabric_torn",
+	return cmocka_run_group_tests_name(broken ? "fabric_torn_broken"
+	                                          : "fabric_torn",
 	                                   tests, NULL, NULL);
 }

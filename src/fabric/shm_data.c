@@ -14,9 +14,6 @@
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
-#if defined(__x86_64__) && defined(__GNUC__)
-#include <immintrin.h>
-#endif
 
 #include <libpmem.h>
 
@@ -32,7 +29,6 @@
 
 static atomic_int knob_line_atomic = 1;
 static atomic_int knob_ordered_writes = 1;
-static atomic_int knob_line_check = 1;
 static atomic_ullong stat_line_giveups;
 
 int farm_shm_testing_set(enum farm_shm_knob knob, int value)
@@ -42,8 +38,6 @@ int farm_shm_testing_set(enum farm_shm_knob knob, int value)
 		return atomic_exchange(&knob_line_atomic, value);
 	case FARM_SHM_KNOB_ORDERED_WRITES:
 		return atomic_exchange(&knob_ordered_writes, value);
-	case FARM_SHM_KNOB_LINE_CHECK:
-		return atomic_exchange(&knob_line_check, value);
 	}
 	return -EINVAL;
 }
@@ -192,110 +186,6 @@ static inline void read_whole_lines(uint8_t *dst, const uint8_t *src,
 	for (const uint8_t *p = src, *end = src + len; p < end;
 	     p += FARM_CL, dst += FARM_CL)
 		read_line(dst, p, FARM_CL, (const _Atomic uint64_t *)p);
-}
-
-/*
- * The lines of a whole-line READ copied once, each between two loads of its
- * first word as in farm_line_copy(), but with the versions' differences
- * folded into one word and tested once for the READ: a line that moved
- * under its copy sends the whole READ to read_whole_lines() (each line
- * again, with its retries), so what comes out is each line as of one
- * instant, as there. Returns whether every line's word held still. On a
- * bucket pair (10 lines) this is the harvest's main cost; the copy of 64
- * bytes is 8 SSE moves at the build's baseline, 4 with AVX2 (once_avx2,
- * chosen once by the CPU: the same loads, in the same order between the
- * two loads of the word, so the same seqlock).
- *
- * Test-only (knob LINE_CHECK): 2 copies each line word by word, highest
- * first, pausing between (read_unsafe: a copy that tears when raced, which
- * the check must catch); 0 ignores the check's answer as well, which the
- * torn-read test must then see.
- */
-#define LINES_ONCE_BODY(copy)                                                \
-	uint64_t diff = 0;                                                   \
-	for (size_t o = 0; o < len; o += FARM_CL) {                          \
-		const _Atomic uint64_t *w =                                  \
-		        (const _Atomic uint64_t *)(const void *)(src + o);   \
-		/* Pairs with the writer's store of the word before the      \
-		 * data. */                                                  \
-		uint64_t v1 = atomic_load_explicit(w, memory_order_acquire); \
-		copy;                                                        \
-		/* The copy's loads before the re-load; pairs with the       \
-		 * writer's final store of the word. */                      \
-		atomic_thread_fence(memory_order_acquire);                   \
-		diff |= v1 ^ atomic_load_explicit(w, memory_order_relaxed);  \
-	}                                                                    \
-	return diff == 0
-
-static bool once_base(uint8_t *dst, const uint8_t *src, size_t len)
-{
-	LINES_ONCE_BODY(memcpy(dst + o, src + o, FARM_CL));
-}
-
-#if defined(__x86_64__) && defined(__GNUC__)
-/* Two 32-byte moves a line; the intrinsics, as GCC's generic tuning splits
- * its own unaligned 32-byte moves in halves. */
-__attribute__((target("avx2"))) static inline void
-copy_line_avx2(uint8_t *dst, const uint8_t *src)
-{
-	__m256i a = _mm256_load_si256((const __m256i *)(const void *)src);
-	__m256i b =
-	        _mm256_load_si256((const __m256i *)(const void *)(src + 32));
-	_mm256_storeu_si256((__m256i *)(void *)dst, a);
-	_mm256_storeu_si256((__m256i *)(void *)(dst + 32), b);
-}
-
-__attribute__((target("avx2"))) static bool
-once_avx2(uint8_t *dst, const uint8_t *src, size_t len)
-{
-	LINES_ONCE_BODY(copy_line_avx2(dst + o, src + o));
-}
-#endif
-
-static bool once_test(uint8_t *dst, const uint8_t *src, size_t len)
-{
-	LINES_ONCE_BODY(read_unsafe(dst + o, src + o, FARM_CL));
-}
-
-typedef bool (*once_fn)(uint8_t *, const uint8_t *, size_t);
-
-static once_fn once_pick(void)
-{
-	if (FARM_UNLIKELY(atomic_load_explicit(&knob_line_check,
-	                                       memory_order_relaxed) != 1))
-		return once_test;
-#if defined(__x86_64__) && defined(__GNUC__)
-	/* Relaxed: any thread that finds it unset picks the same. */
-	static _Atomic(once_fn) best;
-	once_fn f = atomic_load_explicit(&best, memory_order_relaxed);
-	if (FARM_LIKELY(f))
-		return f;
-	__builtin_cpu_init();
-	f = __builtin_cpu_supports("avx2") ? once_avx2 : once_base;
-	atomic_store_explicit(&best, f, memory_order_relaxed);
-	return f;
-#else
-	return once_base;
-#endif
-}
-
-/* A fast READ's copy (harvest_reads, execute_pending): whole lines. A
- * single line keeps the inline copy (no call; 64-byte READs looked slower
- * through the call in fabric_bench pairs). */
-static inline void read_fast(uint8_t *dst, const uint8_t *src, size_t len,
-                             once_fn once)
-{
-	if (len == FARM_CL) {
-		read_line(dst, src, FARM_CL, (const _Atomic uint64_t *)src);
-		return;
-	}
-	FARM_TSAN_IGNORE_READS_BEGIN();
-	bool ok = once(dst, src, len);
-	FARM_TSAN_IGNORE_READS_END();
-	if (FARM_LIKELY(ok) ||
-	    !atomic_load_explicit(&knob_line_check, memory_order_relaxed))
-		return;
-	read_whole_lines(dst, src, len);
 }
 
 /*
@@ -865,7 +755,7 @@ static void execute_pending(struct shm_ep *ep, struct shm_op *op, bool fast,
 	            fast && ep->state == EP_OK && op->opcode == FARM_WR_READ &&
 	            op->status == 0 && op->len &&
 	            ((op->len | (uintptr_t)op->rptr) & (FARM_CL - 1)) == 0)) {
-		read_fast(op->local, op->rptr, op->len, once_pick());
+		read_whole_lines(op->local, op->rptr, op->len);
 		op->executed = 1;
 	} else {
 		execute(ep, op, st);
@@ -906,7 +796,6 @@ static farm_wc op_wc(const struct shm_ep *ep, const struct shm_op *op)
 static inline int harvest_reads(struct shm_ep *ep, int n, farm_wc *wc)
 {
 	int got = 0;
-	once_fn once = once_pick();
 	uint32_t head = ep->head, tail = ep->tail, exec = ep->exec;
 	const struct shm_op *ops = ep->ops;
 	uint32_t mask = ep->mask, peer = ep->base.peer;
@@ -916,7 +805,7 @@ static inline int harvest_reads(struct shm_ep *ep, int n, farm_wc *wc)
 		if (!op->fast || op->status)
 			break;
 		if (head == exec) { /* executed in order: not yet */
-			read_fast(op->local, op->rptr, op->len, once);
+			read_whole_lines(op->local, op->rptr, op->len);
 			exec++;
 		}
 		if (op->flags & FARM_WR_SIGNALED)

@@ -15,12 +15,6 @@ enum farm_shm_knob {
 	FARM_SHM_KNOB_LINE_ATOMIC = 1,
 	/* 1 (default): a WRITE's last 8 bytes land last; 0: they land first. */
 	FARM_SHM_KNOB_ORDERED_WRITES = 2,
-	/* The harvest's copy of a whole-line READ (one version check per
-	 * READ): 1 (default) as it runs; 2: each line copied word by word
-	 * (a copy that tears when raced) inside the same check, which must
-	 * catch every tear; 0: that copy with the check's answer ignored,
-	 * which the torn-read test must see. */
-	FARM_SHM_KNOB_LINE_CHECK = 3,
 };
 
 /* Set a knob for the whole process; returns its previous value. */

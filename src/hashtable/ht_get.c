@@ -97,10 +97,8 @@ static void get_end(struct get_op *g, int status, const void *val, uint32_t len)
 	if (g->img)
 		buf_put(g->l, g->img);
 	g->img = NULL;
-	if (g->obuf) { /* an object's or a chain's: rare */
-		free(g->obuf);
-		g->obuf = NULL;
-	}
+	free(g->obuf);
+	g->obuf = NULL;
 	/* Recycled with its bucket buffers: a lookup allocates nothing in
 	 * the steady state. */
 	struct htloop *l = g->l;
@@ -404,8 +402,8 @@ static void get_start_in(struct get_op *g, struct get_op ***group)
 	int rc = farm_as_resolve_cached(h->as, &g->l->rc, a, 2ull * bb, &p, &d);
 	if (!rc && p) {
 		/* A group's: the home bucket alone (get_group_done). */
-		farm_prefetch_lines(p, group ? h->bucket_lines
-		                             : 2u * h->bucket_lines);
+		for (uint32_t o = 0; o < (group ? bb : 2 * bb); o += 64)
+			__builtin_prefetch(p + o, 0, 3);
 		g->lp = p;
 		if (group) {
 			g->gnext = NULL;
@@ -565,8 +563,9 @@ static void get_group_done(farm_loop *loop, void *ctx, int status)
 		farm_ht *h = g->h;
 		if (get_local_slot(g, 0, h->spb))
 			continue;
-		farm_prefetch_lines(g->lp + 64u * h->bucket_lines,
-		                    h->bucket_lines);
+		uint32_t bb = 64u * h->bucket_lines;
+		for (uint32_t o = bb; o < 2 * bb; o += 64)
+			__builtin_prefetch(g->lp + o, 0, 3);
 		g->gnext = NULL;
 		*tail = g;
 		tail = &g->gnext;

@@ -401,34 +401,17 @@ static bool rdma_args_ok(const farm_loop *loop, uint32_t machine,
 	       wr->opcode == FARM_WR_CAS;
 }
 
-/*
- * Whether a READ may go on @op's one-sided endpoint as it is, without
- * farm_msg_peer_ep() and rep_ready(): both endpoints made, no sticky
- * error, the one-sided one current and usable. Its usability says the
- * peer is alive, which is what the message endpoint's check would add for
- * a READ (a message endpoint failed otherwise is the next send's to
- * find); one check through the provider instead of two, on every remote
- * lookup. Anything else takes the checks that connect, replace or fail.
- */
-static inline bool read_ready(const struct out_peer *op, const farm_wr *wr)
-{
-	return wr->opcode == FARM_WR_READ && !op->err && op->ep && op->rep &&
-	       !op->rep_old && farm_ep_usable(op->rep);
-}
-
 static int rdma_post(farm_loop *loop, uint32_t machine, int wake_thread,
                      bool lazy, farm_wr *wr, farm_op_fn cont, void *ctx)
 {
 	if (!rdma_args_ok(loop, machine, wake_thread, wr, cont))
 		return -EINVAL;
-	struct out_peer *op = &loop->out[machine];
-	int rc;
-	if (!read_ready(op, wr)) {
-		if ((rc = farm_msg_peer_ep(loop, machine, &op)))
-			return rc;
-		if ((rc = rep_ready(loop, machine, op)))
-			return rc;
-	}
+	struct out_peer *op;
+	int rc = farm_msg_peer_ep(loop, machine, &op);
+	if (rc)
+		return rc;
+	if ((rc = rep_ready(loop, machine, op)))
+		return rc;
 	struct rdma_op *o = loop->ops_free;
 	if (o)
 		loop->ops_free = o->next;
@@ -548,43 +531,9 @@ int farm_loop_forget_peer(farm_loop *loop, uint32_t id)
 	return 0;
 }
 
-/*
- * A READ posted alone to a machine whose endpoints are up (read_ready), no
- * READs of the pass batched before it: rdma_post() less what only WRITEs,
- * doorbells and batches need, on every remote lookup. The operation is
- * taken from the free list only once the post succeeded (none there:
- * rdma_post() allocates).
- */
-static int read_post(farm_loop *loop, uint32_t machine, struct out_peer *op,
-                     farm_wr *wr, farm_op_fn cont, void *ctx)
-{
-	struct rdma_op *o = loop->ops_free;
-	if (!o)
-		return rdma_post(loop, machine, -1, false, wr, cont, ctx);
-	o->cont = cont;
-	o->ctx = ctx;
-	o->machine = machine;
-	o->status = 0;
-	wr->next = NULL;
-	wr->wr_id = (uint64_t)(uintptr_t)o;
-	wr->flags |= FARM_WR_SIGNALED;
-	farm_wr *bad = NULL;
-	int rc = farm_ep_post(op->rep, wr, &bad);
-	if (rc)
-		return rc;
-	loop->ops_free = o->next;
-	ops_link(loop, op, o);
-	return 0;
-}
-
 int farm_loop_rdma(farm_loop *loop, uint32_t machine, farm_wr *wr,
                    farm_op_fn cont, void *ctx)
 {
-	if (rdma_args_ok(loop, machine, -1, wr, cont) &&
-	    !loop->msg->batch_reads && !loop->out[machine].pend &&
-	    read_ready(&loop->out[machine], wr))
-		return read_post(loop, machine, &loop->out[machine], wr, cont,
-		                 ctx);
 	return rdma_post(loop, machine, -1, false, wr, cont, ctx);
 }
 

@@ -615,26 +615,6 @@ static int poll_log(struct txloop *tl, uint32_t coord)
 	return got;
 }
 
-/* Whether log (@c, our thread) is read and its next record's first word
- * is there: what poll_log() finds before it does anything. Inline, so a
- * pass with nothing new costs a load a log, not a call and poll_log()'s
- * setup (about half an idle loop pass's instructions went to the logs). */
-static inline bool log_has_next(const struct txloop *tl, uint32_t c)
-{
-	const farm_txm *m = tl->m;
-	const struct reader *rd = &tl->r[c];
-	if (rd->broken || rd->fenced)
-		return false;
-	const uint8_t *ring =
-	        m->logbase + log_ring_off(m, log_index(m, c, tl->t));
-	/* Acquire: pairs, as poll_log's own load of it, with the
-	 * coordinator's WRITE of the record (log.c). */
-	return atomic_load_explicit(
-	               (const _Atomic uint32_t
-	                        *)(const void *)(ring + log_pos(m, rd->head)),
-	               memory_order_acquire) != 0;
-}
-
 int farm_txn_poll(farm_loop *loop, void *ctx)
 {
 	(void)loop;
@@ -645,8 +625,7 @@ int farm_txn_poll(farm_loop *loop, void *ctx)
 	 * up before its id is listed). */
 	unsigned n = atomic_load_explicit(&m->nready, memory_order_acquire);
 	for (unsigned i = 0; i < n; i++)
-		if (log_has_next(tl, m->ready_ids[i]))
-			got += poll_log(tl, m->ready_ids[i]);
+		got += poll_log(tl, m->ready_ids[i]);
 	return got;
 }
 
@@ -657,9 +636,20 @@ bool farm_txn_pending(farm_loop *loop, void *ctx)
 	farm_txm *m = tl->m;
 	/* Pairs with the release of nready in txm.c. */
 	unsigned n = atomic_load_explicit(&m->nready, memory_order_acquire);
-	for (unsigned i = 0; i < n; i++)
-		if (log_has_next(tl, m->ready_ids[i]))
+	for (unsigned i = 0; i < n; i++) {
+		uint32_t c = m->ready_ids[i];
+		if (tl->r[c].broken || tl->r[c].fenced)
+			continue;
+		uint64_t li = log_index(m, c, tl->t);
+		const uint8_t *ring = m->logbase + log_ring_off(m, li);
+		uint64_t off = log_pos(m, tl->r[c].head);
+		/* Acquire: pairs, as the record reads below, with the
+		 * coordinator's WRITE of the record (log.c). */
+		if (atomic_load_explicit(
+		            (_Atomic uint32_t *)(void *)(ring + off),
+		            memory_order_acquire))
 			return true;
+	}
 	/* Nothing to do here: the loop may park; a thread with no
 	 * operation open goes offline for epochs meanwhile. */
 	farm_epoch_park();

@@ -76,33 +76,4 @@ static inline bool farm_lines_copy(uint8_t *dst, const uint8_t *src, size_t len,
 	return ok;
 }
 
-/*
- * farm_prefetch_lines() - prefetch the @n lines from @p on (@p on a line's
- * start): four a step and the rest by a jump, a bucket in about half the
- * instructions of a loop of one a step (a local lookup's buckets). The shm
- * fabric's READ post keeps its loop of one a step: with this one,
- * fabric_bench's 256-byte READ looked slower in 3 alternated pairs of 3
- * at load 6.5-8.7 (inside that noise, not ruled out).
- */
-static inline void farm_prefetch_lines(const void *p, size_t n)
-{
-	const uint8_t *l = (const uint8_t *)p;
-	for (; n >= 4; n -= 4, l += 4 * FARM_CL) {
-		__builtin_prefetch(l, 0, 3);
-		__builtin_prefetch(l + FARM_CL, 0, 3);
-		__builtin_prefetch(l + 2 * FARM_CL, 0, 3);
-		__builtin_prefetch(l + 3 * FARM_CL, 0, 3);
-	}
-	switch (n) {
-	case 3:
-		__builtin_prefetch(l + 2 * FARM_CL, 0, 3);
-		/* fall through */
-	case 2:
-		__builtin_prefetch(l + FARM_CL, 0, 3);
-		/* fall through */
-	case 1: __builtin_prefetch(l, 0, 3); break;
-	default: break;
-	}
-}
-
 #endif
