@@ -26,26 +26,13 @@
 
 #include "txn/object.h"
 
-#define RSIZE (16ull << 20)
+#define RSIZE ASNTX_RSIZE
 #define SIZE  200u /* 4 lines: 48 + 62 + 62 + 28 bytes */
 #define FILL  0x11
 #define NEWB  0x22
 
 static bool Broken;
 
-static int setup(void **state)
-{
-	(void)state;
-	asn_open(&C, 3, RSIZE, NULL);
-	return 0;
-}
-
-static int teardown(void **state)
-{
-	(void)state;
-	asn_close(&C);
-	return 0;
-}
 
 struct obj {
 	farm_fatptr p;
@@ -173,11 +160,11 @@ int main(int argc, char **argv)
 	if (st)
 		return st;
 	const struct CMUnitTest tests[] = {
-	        cmocka_unit_test_setup_teardown(test_torn, setup, teardown),
-	        cmocka_unit_test_setup_teardown(test_locked, setup, teardown),
+	        cmocka_unit_test_setup_teardown(test_torn, asntx_setup, asntx_teardown),
+	        cmocka_unit_test_setup_teardown(test_locked, asntx_setup, asntx_teardown),
 	};
 	const struct CMUnitTest broken_tests[] = {
-	        cmocka_unit_test_setup_teardown(test_torn, setup, teardown),
+	        cmocka_unit_test_setup_teardown(test_torn, asntx_setup, asntx_teardown),
 	};
 	if (Broken)
 		return cmocka_run_group_tests(broken_tests, NULL, NULL);

@@ -21,21 +21,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#define RSIZE (16ull << 20)
-
-static int setup(void **state)
-{
-	(void)state;
-	asn_open(&C, 3, RSIZE, NULL);
-	return 0;
-}
-
-static int teardown(void **state)
-{
-	(void)state;
-	asn_close(&C);
-	return 0;
-}
+#define RSIZE ASNTX_RSIZE
 
 /* The stats snapshot is sized by the caller's struct: a caller built
  * against an older, shorter struct gets only its bytes written; one
@@ -1541,19 +1527,22 @@ int main(int argc, char **argv)
 		const struct CMUnitTest proof[] = {
 		        cmocka_unit_test(test_restart_check_file),
 		};
-		return cmocka_run_group_tests(proof, setup, teardown);
+		return cmocka_run_group_tests(proof, asntx_setup,
+		                              asntx_teardown);
 	}
 	if (broken_new) { /* the proof alone */
 		const struct CMUnitTest proof[] = {
 		        cmocka_unit_test(test_new_uncommitted),
 		};
-		return cmocka_run_group_tests(proof, setup, teardown);
+		return cmocka_run_group_tests(proof, asntx_setup,
+		                              asntx_teardown);
 	}
 	if (broken_claim) {
 		const struct CMUnitTest proof[] = {
 		        cmocka_unit_test(test_new_claimed),
 		};
-		return cmocka_run_group_tests(proof, setup, teardown);
+		return cmocka_run_group_tests(proof, asntx_setup,
+		                              asntx_teardown);
 	}
 	const struct CMUnitTest tests[] = {
 	        cmocka_unit_test(test_participant_list),
@@ -1580,5 +1569,5 @@ int main(int argc, char **argv)
 	        cmocka_unit_test(test_new_claimed),
 	        cmocka_unit_test(test_new_lock_undone),
 	};
-	return cmocka_run_group_tests(tests, setup, teardown);
+	return cmocka_run_group_tests(tests, asntx_setup, asntx_teardown);
 }

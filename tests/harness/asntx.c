@@ -99,3 +99,17 @@ farm_txm_stats txm_stats(unsigned m)
 	farm_txm_stats_get(C.m[m].txm, &s);
 	return s;
 }
+
+int asntx_setup(void **state)
+{
+	(void)state;
+	asn_open(&C, 3, ASNTX_RSIZE, NULL);
+	return 0;
+}
+
+int asntx_teardown(void **state)
+{
+	(void)state;
+	asn_close(&C);
+	return 0;
+}

@@ -12,6 +12,14 @@
 /* The cluster the helpers below drive (the test starts it). */
 extern struct asn_cluster C;
 
+/* The regions of the cluster asntx_setup() opens. */
+#define ASNTX_RSIZE (16ull << 20)
+
+/* cmocka fixtures: C opened with 3 machines and regions of ASNTX_RSIZE
+ * bytes, and closed. */
+int asntx_setup(void **state);
+int asntx_teardown(void **state);
+
 struct res {
 	int done, status;
 	const void *data;
