@@ -33,7 +33,6 @@
 
 static bool Broken;
 
-
 struct obj {
 	farm_fatptr p;
 	unsigned prim;  /* index of its primary in C.m */
@@ -160,11 +159,14 @@ int main(int argc, char **argv)
 	if (st)
 		return st;
 	const struct CMUnitTest tests[] = {
-	        cmocka_unit_test_setup_teardown(test_torn, asntx_setup, asntx_teardown),
-	        cmocka_unit_test_setup_teardown(test_locked, asntx_setup, asntx_teardown),
+	        cmocka_unit_test_setup_teardown(test_torn, asntx_setup,
+	                                        asntx_teardown),
+	        cmocka_unit_test_setup_teardown(test_locked, asntx_setup,
+	                                        asntx_teardown),
 	};
 	const struct CMUnitTest broken_tests[] = {
-	        cmocka_unit_test_setup_teardown(test_torn, asntx_setup, asntx_teardown),
+	        cmocka_unit_test_setup_teardown(test_torn, asntx_setup,
+	                                        asntx_teardown),
 	};
 	if (Broken)
 		return cmocka_run_group_tests(broken_tests, NULL, NULL);
