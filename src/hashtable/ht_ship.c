@@ -34,7 +34,6 @@ struct put_ctx {
 	farm_op_fn cont;
 	void *ctx;
 	farm_ht *h;
-	unsigned li; /* the calling loop's index */
 	struct put_ctx *next_free;
 };
 
@@ -51,15 +50,15 @@ static struct put_ctx *put_get(farm_ht *h, unsigned li)
 		return NULL;
 	}
 	c->h = h;
-	c->li = li;
 	c->next_free = NULL;
 	return c;
 }
 
-static void put_put(struct put_ctx *c)
+/* @li: the index of the loop it was taken on, which its answer runs on
+ * (farm_as_call's continuation runs on the calling loop). */
+static void put_put(struct put_ctx *c, unsigned li)
 {
 	farm_ht *h = c->h;
-	unsigned li = c->li;
 	if (li >= MAX_LOOPS || h->nfree_puts[li] >= PUT_KEEP) {
 		free(c);
 		return;
@@ -90,7 +89,7 @@ static void put_reply(farm_loop *loop, void *ctx, int status, const void *reply,
 	farm_op_fn cont = c->cont;
 	void *cctx = c->ctx;
 	/* Back first: the continuation may ship the next write. */
-	put_put(c);
+	put_put(c, farm_loop_index(loop));
 	cont(loop, cctx, status);
 }
 
@@ -118,12 +117,13 @@ static int ship(farm_ht *h, farm_loop *loop, uint8_t op, const void *key,
 	 * (a malloc and a free an update, in YCSB-A's count). */
 	uint8_t small[SHIP_STACK];
 	uint8_t *req = len <= sizeof(small) ? small : malloc(len);
-	struct put_ctx *c = put_get(h, farm_loop_index(loop));
+	unsigned li = farm_loop_index(loop);
+	struct put_ctx *c = put_get(h, li);
 	if (!req || !c) {
 		if (req != small)
 			free(req);
 		if (c)
-			put_put(c);
+			put_put(c, li);
 		return -ENOMEM;
 	}
 	struct op_req q = {
@@ -140,7 +140,7 @@ static int ship(farm_ht *h, farm_loop *loop, uint8_t op, const void *key,
 	if (req != small)
 		free(req);
 	if (rc)
-		put_put(c);
+		put_put(c, li);
 	else
 		farm_stat_add(&h->st.v[op == 1 ? T_PUTS : T_DELS], 1);
 	return rc;
