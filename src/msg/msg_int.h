@@ -203,6 +203,9 @@ struct out_peer {
 	unsigned rops; /* outstanding on rep */
 	bool rep_old;  /* rep reaches an old holder of the id: replaced once
 	                  rops drain (farm_loop_forget_peer) */
+	/* The loop pass (farm_loop.pass) in which ep and rep were last found
+	 * usable by rdma_post; 0: check at the next one-sided operation. */
+	uint64_t rep_pass;
 	/* READs of this pass not yet posted on rep (batch_reads): one list,
 	 * one doorbell, at the end of the pass. Counted in rops. */
 	farm_wr *pend, **pend_tail;
@@ -268,6 +271,9 @@ struct farm_loop {
 	uint32_t free_call, active, nactive;
 	uint64_t call_gen;
 	unsigned ticks;
+	/* Passes begun, from 1: the one-sided endpoints' checks hold for one
+	 * (out_peer.rep_pass). */
+	uint64_t pass;
 	uint64_t idle_since;
 	uint64_t wake_at; /* farm_loop_wake_by: park no longer (0: none) */
 	_Atomic int stop;

@@ -119,6 +119,7 @@ int farm_loop_open(farm_msg *msg, unsigned idx, farm_loop **out)
 	loop->free_call = 0;
 	loop->active = NIL;
 	loop->peer_gen = UINT64_MAX;
+	loop->pass = 1;
 	loop->park = (_Atomic uint32_t *)(void *)(msg->base +
 	                                          park_at(&msg->lay, idx));
 	rc = farm_cq_create(msg->fab, 4096, 0, &loop->cq);
@@ -192,6 +193,7 @@ static int rep_ready(farm_loop *loop, uint32_t machine, struct out_peer *op)
 		farm_ep_destroy(op->rep);
 		op->rep = NULL;
 		op->rep_old = false;
+		op->rep_pass = 0;
 	}
 	if (op->rep)
 		return 0;
@@ -406,12 +408,21 @@ static int rdma_post(farm_loop *loop, uint32_t machine, int wake_thread,
 {
 	if (!rdma_args_ok(loop, machine, wake_thread, wr, cont))
 		return -EINVAL;
-	struct out_peer *op;
-	int rc = farm_msg_peer_ep(loop, machine, &op);
-	if (rc)
-		return rc;
-	if ((rc = rep_ready(loop, machine, op)))
-		return rc;
+	/* The endpoints' checks (the messaging one's, then the one-sided
+	 * one's, each through the provider) once a pass per machine, not per
+	 * operation: an endpoint that fails later in the pass fails the
+	 * operations posted on it, as it fails those posted just before,
+	 * and the next pass's first operation replaces it. A sticky error
+	 * (op->err) stops them at once. */
+	struct out_peer *op = &loop->out[machine];
+	int rc;
+	if (FARM_UNLIKELY(op->rep_pass != loop->pass || op->err)) {
+		if ((rc = farm_msg_peer_ep(loop, machine, &op)))
+			return rc;
+		if ((rc = rep_ready(loop, machine, op)))
+			return rc;
+		op->rep_pass = loop->pass;
+	}
 	struct rdma_op *o = loop->ops_free;
 	if (o)
 		loop->ops_free = o->next;
@@ -519,6 +530,7 @@ static void forget_out(farm_loop *loop, uint32_t m)
 		op->rep = NULL;
 	}
 	op->rep_old = op->rep != NULL;
+	op->rep_pass = 0;
 }
 
 int farm_loop_forget_peer(farm_loop *loop, uint32_t id)
@@ -649,6 +661,7 @@ int farm_loop_poll(farm_loop *loop)
 	if (!loop || loop->polling)
 		return 0;
 	loop->polling = true;
+	loop->pass++;
 	if (loop->npend_peers)
 		flush_reads(loop); /* posted between passes */
 	int got = loop->failed ? fail_batched(loop) : 0;
