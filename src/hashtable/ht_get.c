@@ -288,7 +288,7 @@ static void get_buckets(struct get_op *g)
 	 * orders the buckets' loads before the id's; it pairs with the
 	 * release store of the id in farm_as_set_view_placed (as_view.c). */
 	atomic_thread_fence(memory_order_acquire);
-	if (farm_as_config_id(h->as) != g->cfg) {
+	if (ht_config_id(h) != g->cfg) {
 		get_retry(g);
 		return;
 	}
@@ -347,7 +347,7 @@ static bool get_local_slot(struct get_op *g, unsigned lo, unsigned hi)
 	 * (pairs with the release store of the id in
 	 * farm_as_set_view_placed, as_view.c). */
 	atomic_thread_fence(memory_order_acquire);
-	if (farm_as_config_id(h->as) != g->cfg)
+	if (ht_config_id(h) != g->cfg)
 		return false;
 	uint32_t vl = slot_vlen(hdr);
 	get_end(g, 0, farm_ht_pair_val(h, g->img, (unsigned)slot, vl), vl);
@@ -398,7 +398,7 @@ static void get_start_in(struct get_op *g, struct get_op ***group)
 	hl_count(g->l, T_READS, 1);
 	uint8_t *p;
 	farm_mr_desc d;
-	g->cfg = farm_as_config_id(h->as);
+	g->cfg = ht_config_id(h);
 	int rc = farm_as_resolve_cached(h->as, &g->l->rc, a, 2ull * bb, &p, &d);
 	if (!rc && p) {
 		/* A group's: the home bucket alone (get_group_done). */
@@ -773,7 +773,7 @@ static void first_buckets(struct first_op *f)
 	 * fence pairs with the release store of the id in
 	 * farm_as_set_view_placed (as_view.c). */
 	atomic_thread_fence(memory_order_acquire);
-	if (farm_as_config_id(h->as) != f->cfg) {
+	if (ht_config_id(h) != f->cfg) {
 		first_end(f, FARM_HT_UNRESOLVED, NULL, 0);
 		return;
 	}
@@ -874,7 +874,7 @@ static int get_first(farm_ht *h, farm_loop *loop, const void *key,
 	}
 	hl_count(l, T_LOOKUPS, 1);
 	hl_count(l, T_READS, 1);
-	f->cfg = farm_as_config_id(h->as);
+	f->cfg = ht_config_id(h);
 	l->gets_out++; /* until first_end */
 	rc = first_issue(f, a, 2 * bb);
 	if (rc) {
