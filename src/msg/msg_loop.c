@@ -403,6 +403,26 @@ static bool rdma_args_ok(const farm_loop *loop, uint32_t machine,
 	       wr->opcode == FARM_WR_CAS;
 }
 
+/* Machine @machine's out_peer with its endpoints checked (the messaging
+ * one's, then the one-sided one's, each through the provider) once a
+ * pass, not per operation: an endpoint that fails later in the pass
+ * fails the operations posted on it, as it fails those posted just
+ * before, and the next pass's first operation replaces it. A sticky
+ * error (op->err) stops them at once. */
+static inline int peer_rep(farm_loop *loop, uint32_t machine,
+                           struct out_peer **out)
+{
+	struct out_peer *op = *out = &loop->out[machine];
+	if (FARM_LIKELY(op->rep_pass == loop->pass && !op->err))
+		return 0;
+	int rc = farm_msg_peer_ep(loop, machine, &op);
+	if (!rc)
+		rc = rep_ready(loop, machine, op);
+	if (!rc)
+		op->rep_pass = loop->pass;
+	return rc;
+}
+
 /* Inline in each entry point: farm_loop_rdma's constants (no doorbell,
  * not lazy) then drop the bell's logic from a READ's post. */
 static inline __attribute__((always_inline)) int
@@ -411,21 +431,10 @@ rdma_post(farm_loop *loop, uint32_t machine, int wake_thread, bool lazy,
 {
 	if (!rdma_args_ok(loop, machine, wake_thread, wr, cont))
 		return -EINVAL;
-	/* The endpoints' checks (the messaging one's, then the one-sided
-	 * one's, each through the provider) once a pass per machine, not per
-	 * operation: an endpoint that fails later in the pass fails the
-	 * operations posted on it, as it fails those posted just before,
-	 * and the next pass's first operation replaces it. A sticky error
-	 * (op->err) stops them at once. */
-	struct out_peer *op = &loop->out[machine];
-	int rc;
-	if (FARM_UNLIKELY(op->rep_pass != loop->pass || op->err)) {
-		if ((rc = farm_msg_peer_ep(loop, machine, &op)))
-			return rc;
-		if ((rc = rep_ready(loop, machine, op)))
-			return rc;
-		op->rep_pass = loop->pass;
-	}
+	struct out_peer *op;
+	int rc = peer_rep(loop, machine, &op);
+	if (rc)
+		return rc;
 	struct rdma_op *o = loop->ops_free;
 	if (o)
 		loop->ops_free = o->next;
