@@ -169,22 +169,10 @@ static void rdma_done(farm_loop *loop, struct rdma_op *o, int status)
 	cont(loop, ctx, status);
 }
 
-/* @o joins the loop's outstanding operations (to @op's machine). */
-static void ops_link(farm_loop *loop, struct out_peer *op, struct rdma_op *o)
-{
-	o->prev = NULL;
-	o->next = loop->ops;
-	if (loop->ops)
-		loop->ops->prev = o;
-	loop->ops = o;
-	loop->nops++;
-	op->rops++;
-}
-
 /* @op's endpoint for one-sided operations, connected (again) when it has
  * none, failed, or reaches an old holder of the id (rep_old), once the
  * operations outstanding on it have drained (-EAGAIN until then). */
-static int rep_ready(farm_loop *loop, uint32_t machine, struct out_peer *op)
+int farm_msg_rep_ready(farm_loop *loop, uint32_t machine, struct out_peer *op)
 {
 	if (op->rep && (op->rep_old || !farm_ep_usable(op->rep))) {
 		if (op->rops)
@@ -391,48 +379,16 @@ static void batch_read(farm_loop *loop, uint32_t m, struct out_peer *op,
 		(void)flush_peer(loop, m); /* a full window: no need to wait */
 }
 
-static bool rdma_args_ok(const farm_loop *loop, uint32_t machine,
-                         int wake_thread, const farm_wr *wr, farm_op_fn cont)
-{
-	if (!loop || !wr || !cont || machine >= loop->msg->attr.max_machines ||
-	    machine == loop->msg->me)
-		return false;
-	if (wake_thread >= (int)loop->msg->attr.nthreads)
-		return false;
-	return wr->opcode == FARM_WR_READ || wr->opcode == FARM_WR_WRITE ||
-	       wr->opcode == FARM_WR_CAS;
-}
-
-/* Machine @machine's out_peer with its endpoints checked (the messaging
- * one's, then the one-sided one's, each through the provider) once a
- * pass, not per operation: an endpoint that fails later in the pass
- * fails the operations posted on it, as it fails those posted just
- * before, and the next pass's first operation replaces it. A sticky
- * error (op->err) stops them at once. */
-static inline int peer_rep(farm_loop *loop, uint32_t machine,
-                           struct out_peer **out)
-{
-	struct out_peer *op = *out = &loop->out[machine];
-	if (FARM_LIKELY(op->rep_pass == loop->pass && !op->err))
-		return 0;
-	int rc = farm_msg_peer_ep(loop, machine, &op);
-	if (!rc)
-		rc = rep_ready(loop, machine, op);
-	if (!rc)
-		op->rep_pass = loop->pass;
-	return rc;
-}
-
 /* Inline in each entry point: farm_loop_rdma's constants (no doorbell,
  * not lazy) then drop the bell's logic from a READ's post. */
 static inline __attribute__((always_inline)) int
 rdma_post(farm_loop *loop, uint32_t machine, int wake_thread, bool lazy,
           farm_wr *wr, farm_op_fn cont, void *ctx)
 {
-	if (!rdma_args_ok(loop, machine, wake_thread, wr, cont))
+	if (!farm_msg_rdma_args_ok(loop, machine, wake_thread, wr, cont))
 		return -EINVAL;
 	struct out_peer *op;
-	int rc = peer_rep(loop, machine, &op);
+	int rc = farm_msg_peer_rep(loop, machine, &op);
 	if (rc)
 		return rc;
 	struct rdma_op *o = loop->ops_free;
@@ -450,7 +406,7 @@ rdma_post(farm_loop *loop, uint32_t machine, int wake_thread, bool lazy,
 	if (loop->msg->batch_reads && wr->opcode == FARM_WR_READ &&
 	    wake_thread < 0 && !(wr->flags & FARM_WR_INLINE)) {
 		o->wr = *wr;
-		ops_link(loop, op, o);
+		farm_msg_ops_link(loop, op, o);
 		batch_read(loop, machine, op, o);
 		return 0;
 	}
@@ -487,7 +443,7 @@ rdma_post(farm_loop *loop, uint32_t machine, int wake_thread, bool lazy,
 		loop->ops_free = o;
 		return rc;
 	}
-	ops_link(loop, op, o);
+	farm_msg_ops_link(loop, op, o);
 	if (owe)
 		owe_bell(loop, machine, (unsigned)wake_thread, !lazy);
 	return 0;
