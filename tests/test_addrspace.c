@@ -389,6 +389,65 @@ static void test_resolve_cache(void **state)
 	}
 }
 
+/* A cache handed another address space answers as that one does: the
+ * first's entries are never used for it, even where their generation
+ * tags equal the second's current generation (two spaces' generations
+ * may coincide; here they are made to). */
+static void test_resolve_cache_rebind(void **state)
+{
+	(void)state;
+	struct res r = {0};
+	assert_int_equal(farm_as_region_alloc(nodes[0].as, nodes[0].loop, 0,
+	                                      region_done, &r),
+	                 0);
+	wait_res(&r);
+	assert_int_equal(r.status, 0);
+	farm_gaddr x = farm_gaddr_make(r.region, 128);
+	/* Machine 1 learns its descriptor by reading it once. */
+	static FARM_CL_ALIGNED char buf[64];
+	farm_mr *mr;
+	assert_int_equal(farm_mr_reg(nodes[1].fab, buf, sizeof(buf),
+	                             FARM_ACCESS_LOCAL, &mr),
+	                 0);
+	struct res rr = {0};
+	assert_int_equal(farm_as_read(nodes[1].as, nodes[1].loop, x, buf, mr,
+	                              sizeof(buf), op_done, &rr),
+	                 0);
+	wait_res(&rr);
+	assert_int_equal(rr.status, 0);
+	farm_mr_dereg(mr);
+	uint8_t *lp, *want_lp;
+	farm_mr_desc d = {0}, want_d = {0};
+	struct farm_as_rcache *c1 = calloc(1, sizeof(*c1)),
+	                      *c = calloc(1, sizeof(*c));
+	assert_non_null(c1);
+	assert_non_null(c);
+	/* Machine 1's current generation, read through a cache bound to
+	 * it. */
+	assert_int_equal(
+	        farm_as_resolve_cached(nodes[1].as, c1, x, 64, &lp, &d), 0);
+	uint64_t g1 = atomic_load(c1->gen);
+	/* Machine 0 is the region's primary: a local pointer, cached. */
+	assert_int_equal(farm_as_resolve_cached(nodes[0].as, c, x, 64, &lp, &d),
+	                 0);
+	assert_non_null(lp);
+	for (unsigned i = 0; i < FARM_AS_RCACHE; i++)
+		c->e[i].gen = g1;
+	for (unsigned t = 0; t < 2; t++) {
+		assert_int_equal(
+		        farm_as_resolve_cached(nodes[1].as, c, x, 64, &lp, &d),
+		        0);
+		assert_int_equal(
+		        farm_as_resolve(nodes[1].as, x, 64, &want_lp, &want_d),
+		        0);
+		assert_null(lp);
+		assert_null(want_lp);
+		assert_memory_equal(&d, &want_d, sizeof(d));
+	}
+	free(c1);
+	free(c);
+}
+
 /* Malformed requests get an error reply, are counted, and change nothing. */
 static void test_bad_requests(void **state)
 {
@@ -677,6 +736,7 @@ int main(int argc, char **argv)
 	        cmocka_unit_test(test_bad_requests),
 	        cmocka_unit_test(test_ship_by_address),
 	        cmocka_unit_test(test_resolve_cache),
+	        cmocka_unit_test(test_resolve_cache_rebind),
 	        cmocka_unit_test(test_drop_only_by_creator),
 	        cmocka_unit_test(test_filling_never_promoted),
 	        cmocka_unit_test(test_displaced_filling),

@@ -1231,6 +1231,82 @@ static void test_loop_rdma_batch(void **state)
 	nodes_close(nd, 2);
 }
 
+/* farm_loop_rdma_reads: a list of READs (more than one post's 64) each
+ * completes once with its own context and the word it read; a list with
+ * a request that is not a READ posts nothing; a READ that fails in a list
+ * fails alone or with those behind it (FARM_EFLUSHED), and the next list
+ * goes through a fresh endpoint. */
+#define NREADS 200u
+static void test_loop_rdma_reads(void **state)
+{
+	(void)state;
+	struct node nd[2];
+	farm_msg_attr a = {0};
+	nodes_open(nd, 2, &a);
+	farm_mem *mem;
+	farm_mr *mr, *lmr;
+	assert_int_equal(farm_mem_alloc(nd[1].fab, 1 << 16, 0, &mem), 0);
+	assert_int_equal(farm_mr_reg(nd[1].fab, farm_mem_addr(mem), 1 << 16,
+	                             FARM_ACCESS_ALL, &mr),
+	                 0);
+	farm_mr_desc d = farm_mr_describe(mr);
+	uint64_t *remote = farm_mem_addr(mem);
+	for (unsigned i = 0; i < NREADS; i++)
+		remote[i] = 5000 + i;
+	static uint64_t buf[NREADS];
+	assert_int_equal(farm_mr_reg(nd[0].fab, buf, sizeof(buf),
+	                             FARM_ACCESS_LOCAL, &lmr),
+	                 0);
+	static farm_wr wrs[NREADS];
+	static struct op_res res[NREADS];
+	static void *ctxs[NREADS];
+	for (unsigned round = 0; round < 3; round++) {
+		memset(buf, 0, sizeof(buf));
+		memset(res, 0, sizeof(res));
+		for (unsigned i = 0; i < NREADS; i++) {
+			/* Round 1: READ 50 reads past the registration. */
+			uint64_t off = round == 1 && i == 50 ? 1 << 16 : 8 * i;
+			wrs[i] = farm_wr_read(0, &buf[i], lmr, 8, &d, off);
+			ctxs[i] = &res[i];
+		}
+		unsigned posted = 7;
+		if (round == 0) { /* a WRITE in the list: nothing posted */
+			wrs[3].opcode = FARM_WR_WRITE;
+			assert_int_equal(
+			        farm_loop_rdma_reads(nd[0].loop, 1, wrs, NREADS,
+			                             op_cont, ctxs, &posted),
+			        -EINVAL);
+			assert_int_equal(posted, 0);
+			wrs[3].opcode = FARM_WR_READ;
+		}
+		assert_int_equal(farm_loop_rdma_reads(nd[0].loop, 1, wrs,
+		                                      NREADS, op_cont, ctxs,
+		                                      &posted),
+		                 0);
+		assert_int_equal(posted, NREADS);
+		for (unsigned i = 0; i < NREADS; i++) {
+			assert_int_equal(farm_loop_wait(nd[0].loop,
+			                                &res[i].done,
+			                                2000000000ull),
+			                 0);
+			assert_int_equal(res[i].done, 1);
+			if (round == 1 && i == 50) {
+				assert_int_equal(res[i].status,
+				                 FARM_EREMOTE_ACCESS);
+			} else if (round == 1 && i > 50 && res[i].status) {
+				assert_int_equal(res[i].status, FARM_EFLUSHED);
+			} else {
+				assert_int_equal(res[i].status, 0);
+				assert_int_equal(buf[i], 5000 + i);
+			}
+		}
+	}
+	farm_mr_dereg(lmr);
+	farm_mr_dereg(mr);
+	farm_mem_free(mem);
+	nodes_close(nd, 2);
+}
+
 /* A connect nobody answers (udp: every datagram dropped) is not a death:
  * the call fails with -ETIMEDOUT, and once the peer answers again a later
  * call reaches it. Taking the silence as FARM_EPEERDEAD kept the live peer
@@ -1302,6 +1378,7 @@ int main(int argc, char **argv)
 	        cmocka_unit_test(test_defer),
 	        cmocka_unit_test(test_loop_rdma),
 	        cmocka_unit_test(test_loop_rdma_batch),
+	        cmocka_unit_test(test_loop_rdma_reads),
 	        cmocka_unit_test(test_connect_timeout),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);

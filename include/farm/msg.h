@@ -366,6 +366,22 @@ FARM_API FARM_MUST_CHECK int farm_loop_rdma(farm_loop *loop, uint32_t machine,
                                             void *ctx);
 
 /*
+ * farm_loop_rdma_reads() - @n READs (built with farm_wr_read) to machine
+ * @machine, each as farm_loop_rdma() posts one (@cont runs once for each,
+ * with its own @ctxs[i]), posted as one list: the endpoints are checked
+ * and the provider called once for them all. Sets each @wrs[i]'s wr_id,
+ * next and SIGNALED flag. Returns 0 with *@posted = @n; or an error, as
+ * farm_loop_rdma's, with *@posted the number of READs posted (the first
+ * ones, whose continuations run; those after them never run): -EAGAIN
+ * when the send queue took only some. -EINVAL (none posted) when any
+ * request is not a READ farm_loop_rdma would take.
+ */
+FARM_API FARM_MUST_CHECK int
+farm_loop_rdma_reads(farm_loop *loop, uint32_t machine, farm_wr *wrs,
+                     unsigned n, farm_op_fn cont, void *const *ctxs,
+                     unsigned *posted);
+
+/*
  * farm_loop_back() - farm_ep_back() through this loop's endpoint to
  * @machine: [@offset, @offset + @len) of its registration @desc takes
  * memory now, so the WRITEs this loop makes there later cannot fail for

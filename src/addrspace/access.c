@@ -77,17 +77,24 @@ resolve_miss(farm_as *as, struct farm_as_rcache *c, farm_gaddr a, uint64_t len,
 	return 0;
 }
 
-int farm_as_resolve_cached(farm_as *as, struct farm_as_rcache *c, farm_gaddr a,
-                           uint64_t len, uint8_t **local, farm_mr_desc *desc)
+int farm_as_resolve_slow(farm_as *as, struct farm_as_rcache *c, farm_gaddr a,
+                         uint64_t len, uint8_t **local, farm_mr_desc *desc)
 {
 	if (!as || !c || !local || !desc || !len ||
 	    !farm_gaddr_valid(a, len, as->region_size))
 		return -EINVAL;
-	uint32_t id = farm_gaddr_region(a);
-	/* Acquire: pairs with the release bump of gen in as_wrlock (an entry
-	 * cached under this generation predates no change of the map). */
+	if (c->as != as) {
+		/* Its entries are another address space's: tagged with that
+		 * one's generations, which may equal this one's. */
+		memset(c->e, 0, sizeof(c->e));
+		c->gen = &as->gen;
+		c->region_size = as->region_size;
+		c->as = as;
+	}
+	/* Acquire: as the hit path's (addrspace.h). */
 	uint64_t g = atomic_load_explicit(&as->gen, memory_order_acquire);
-	const struct farm_as_rcache_ent *e = farm_as_rcache_hit(c, g, id);
+	const struct farm_as_rcache_ent *e =
+	        farm_as_rcache_hit(c, g, farm_gaddr_region(a));
 	if (!e)
 		return resolve_miss(as, c, a, len, local, desc, g);
 	if (e->base) {

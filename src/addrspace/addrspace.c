@@ -285,10 +285,6 @@ uint64_t farm_as_config_id(const farm_as *as)
 	return as ? atomic_load_explicit(&as->config_id, memory_order_acquire)
 	          : 0;
 }
-const _Atomic uint64_t *farm_as_gen_word(const farm_as *as)
-{
-	return &as->gen;
-}
 const _Atomic uint64_t *farm_as_config_word(const farm_as *as)
 {
 	return &as->config_id;

@@ -13,6 +13,7 @@
 #ifndef FARM_ADDRSPACE_ADDRSPACE_H
 #define FARM_ADDRSPACE_ADDRSPACE_H
 
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -258,6 +259,10 @@ int farm_as_resolve(farm_as *as, farm_gaddr a, uint64_t len, uint8_t **local,
  * space's generation, which every change of its table bumps. Reads served
  * from the cache are counted in the cache (hits), not in farm_as_stats.
  * Two-way set associative: a region's set is its id mod FARM_AS_RCACHE / 2.
+ * The hit path is inline (every lookup and lock-free read takes it): the
+ * cache keeps, from its first miss, the address space it serves, its
+ * generation word and its region size, so a hit calls nothing; a cache
+ * handed another address space starts empty for it.
  */
 #define FARM_AS_RCACHE 64
 struct farm_as_rcache_ent {
@@ -269,23 +274,15 @@ struct farm_as_rcache_ent {
 struct farm_as_rcache {
 	struct farm_as_rcache_ent e[FARM_AS_RCACHE];
 	uint64_t hits, misses;
+	/* Set by the first miss (farm_as_resolve_slow): what the hit path
+	 * needs of the address space, which is opaque here. */
+	const farm_as *as;
+	const _Atomic uint64_t *gen;
+	uint64_t region_size;
 };
-int farm_as_resolve_cached(farm_as *as, struct farm_as_rcache *c, farm_gaddr a,
-                           uint64_t len, uint8_t **local, farm_mr_desc *desc);
 
-/*
- * For a hot path that has checked its address already and keeps the
- * words below (a lock-free read: src/txn/read.c), the cache's hit path
- * inline. farm_as_gen_word() / farm_as_config_word(): the generation
- * (load it with acquire: pairs with the release bump in as_wrlock) and
- * the configuration id (acquire: pairs with its release store when a view
- * is installed, as_view.c) that farm_as_resolve_cached and
- * farm_as_config_id read; they live as long as @as. farm_as_rcache_hit():
- * the current entry of @id under generation @gen, counted as a hit, or
- * NULL (then farm_as_resolve_cached looks it up and fills the entry).
- */
-const _Atomic uint64_t *farm_as_gen_word(const farm_as *as);
-const _Atomic uint64_t *farm_as_config_word(const farm_as *as);
+/* The cache's current entry of region @id under generation @gen, counted
+ * as a hit, or NULL. */
 static inline const struct farm_as_rcache_ent *
 farm_as_rcache_hit(struct farm_as_rcache *c, uint64_t gen, uint32_t id)
 {
@@ -303,6 +300,46 @@ farm_as_rcache_hit(struct farm_as_rcache *c, uint64_t gen, uint32_t id)
 	c->hits++;
 	return e;
 }
+
+/* farm_as_resolve_cached's path when the inline one cannot answer: its
+ * arguments checked, the cache (re)bound to @as, the locked look-up. */
+int farm_as_resolve_slow(farm_as *as, struct farm_as_rcache *c, farm_gaddr a,
+                         uint64_t len, uint8_t **local, farm_mr_desc *desc);
+
+static inline int farm_as_resolve_cached(farm_as *as, struct farm_as_rcache *c,
+                                         farm_gaddr a, uint64_t len,
+                                         uint8_t **local, farm_mr_desc *desc)
+{
+	/* c->as is set only with gen and region_size (the slow path), so a
+	 * cache bound to @as can check the address with its region size. */
+	if (__builtin_expect(c && as && c->as == as && local && desc && len &&
+	                             farm_gaddr_valid(a, len, c->region_size),
+	                     1)) {
+		/* Acquire: pairs with the release bump of gen in as_wrlock
+		 * (an entry cached under this generation predates no change
+		 * of the map). */
+		uint64_t g = atomic_load_explicit(c->gen, memory_order_acquire);
+		const struct farm_as_rcache_ent *e =
+		        farm_as_rcache_hit(c, g, farm_gaddr_region(a));
+		if (__builtin_expect(e != NULL, 1)) {
+			if (e->base) {
+				*local = e->base + farm_gaddr_offset(a);
+			} else {
+				*local = NULL;
+				*desc = e->d;
+			}
+			return 0;
+		}
+	}
+	return farm_as_resolve_slow(as, c, a, len, local, desc);
+}
+
+/*
+ * farm_as_config_word(): the configuration id (acquire: pairs with its
+ * release store when a view is installed, as_view.c) that
+ * farm_as_config_id reads; it lives as long as @as.
+ */
+const _Atomic uint64_t *farm_as_config_word(const farm_as *as);
 
 /*
  * farm_as_region_alloc() - a new region with this machine as primary:

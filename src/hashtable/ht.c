@@ -154,6 +154,7 @@ int farm_ht_create(farm_txm *txm, farm_as *as, farm_galloc *ga, farm_msg *msg,
 		return -ENOMEM;
 	h->txm = txm;
 	h->as = as;
+	h->as_cfg = farm_as_config_word(as);
 	h->ga = ga;
 	h->msg = msg;
 	h->me = farm_as_machine_id(as);

@@ -263,14 +263,14 @@ static int local_batch(farm_ht *h, farm_loop *loop, struct farm_ht_lkey *keys,
 	int rc = farm_lf_begin(h->txm, loop, &ep);
 	if (rc)
 		return rc;
-	uint64_t cfg = farm_as_config_id(h->as);
+	uint64_t cfg = ht_config_id(h);
 	batch_groups(h, l, keys, n, scratch, hashed);
 	/* As get_buckets: a configuration change since the pairs were found
 	 * may have moved a shard (the old copy may be stale). The fence
 	 * orders the copies' loads before the id's; it pairs with the
 	 * release store of the id in farm_as_set_view_placed (as_view.c). */
 	atomic_thread_fence(memory_order_acquire);
-	bool moved = farm_as_config_id(h->as) != cfg;
+	bool moved = ht_config_id(h) != cfg;
 	int lease = farm_ht_lease_checked(h, 0);
 	uint64_t found = 0, absent = 0;
 	for (unsigned i = 0; i < n; i++) {

@@ -288,7 +288,7 @@ static void get_buckets(struct get_op *g)
 	 * orders the buckets' loads before the id's; it pairs with the
 	 * release store of the id in farm_as_set_view_placed (as_view.c). */
 	atomic_thread_fence(memory_order_acquire);
-	if (farm_as_config_id(h->as) != g->cfg) {
+	if (ht_config_id(h) != g->cfg) {
 		get_retry(g);
 		return;
 	}
@@ -347,7 +347,7 @@ static bool get_local_slot(struct get_op *g, unsigned lo, unsigned hi)
 	 * (pairs with the release store of the id in
 	 * farm_as_set_view_placed, as_view.c). */
 	atomic_thread_fence(memory_order_acquire);
-	if (farm_as_config_id(h->as) != g->cfg)
+	if (ht_config_id(h) != g->cfg)
 		return false;
 	uint32_t vl = slot_vlen(hdr);
 	get_end(g, 0, farm_ht_pair_val(h, g->img, (unsigned)slot, vl), vl);
@@ -386,11 +386,22 @@ static void get_local_done(farm_loop *loop, void *ctx, int status)
 	get_local_from(g, 0);
 }
 
+/* farm_ht_get_many's group as get_start_in fills it: its local lookups
+ * (a list, completed together a pass later: get_group_done) and its
+ * remote pairs' READs, posted together per machine (group_reads_post). */
+struct get_group {
+	struct get_op **tail; /* the local list's end */
+	unsigned nr;
+	struct get_op *rg[FARM_HT_BATCH_MAX];
+	uint32_t rm[FARM_HT_BATCH_MAX];
+	farm_wr rw[FARM_HT_BATCH_MAX];
+};
+
 /* The bucket pair's read: here, prefetched now and copied on a later
  * pass (one deferred item of its own, or, with @group, appended to the
- * caller's list of a group's local lookups, completed by one item);
- * elsewhere, one READ. */
-static void get_start_in(struct get_op *g, struct get_op ***group)
+ * group's local lookups, completed by one item); elsewhere, one READ
+ * (with @group, added to the group's READs). */
+static void get_start_in(struct get_op *g, struct get_group *group)
 {
 	farm_ht *h = g->h;
 	uint32_t bb = 64u * h->bucket_lines;
@@ -398,7 +409,7 @@ static void get_start_in(struct get_op *g, struct get_op ***group)
 	hl_count(g->l, T_READS, 1);
 	uint8_t *p;
 	farm_mr_desc d;
-	g->cfg = farm_as_config_id(h->as);
+	g->cfg = ht_config_id(h);
 	int rc = farm_as_resolve_cached(h->as, &g->l->rc, a, 2ull * bb, &p, &d);
 	if (!rc && p) {
 		/* A group's: the home bucket alone (get_group_done). */
@@ -407,8 +418,8 @@ static void get_start_in(struct get_op *g, struct get_op ***group)
 		g->lp = p;
 		if (group) {
 			g->gnext = NULL;
-			**group = g;
-			*group = &g->gnext;
+			*group->tail = g;
+			group->tail = &g->gnext;
 			return;
 		}
 		/* Copy and complete on a later pass, as a remote read
@@ -420,6 +431,13 @@ static void get_start_in(struct get_op *g, struct get_op ***group)
 	if (!rc) { /* the shard's descriptor is cached: one READ */
 		farm_wr wr = farm_wr_read(0, g->img, g->l->mr, 2 * bb, &d,
 		                          farm_gaddr_offset(a));
+		if (group) {
+			unsigned i = group->nr++;
+			group->rg[i] = g;
+			group->rm[i] = d.machine;
+			group->rw[i] = wr;
+			return;
+		}
 		rc = farm_loop_rdma(g->l->loop, d.machine, &wr,
 		                    bucket_read_done, g);
 	} else if (rc == -EAGAIN) {
@@ -575,6 +593,74 @@ static void get_group_done(farm_loop *loop, void *ctx, int status)
 		get_group_rest(loop, rest, 0);
 }
 
+/* @n READs of pairs to machine @m, one list; a lookup whose READ was not
+ * posted ends with the error, as farm_loop_rdma's would end it. */
+static void reads_post(struct htloop *l, uint32_t m, farm_wr *w, unsigned n,
+                       void *const *ctx)
+{
+	unsigned posted;
+	int rc = farm_loop_rdma_reads(l->loop, m, w, n, bucket_read_done, ctx,
+	                              &posted);
+	for (unsigned i = posted; i < n; i++)
+		get_end(ctx[i], read_err(rc), NULL, 0);
+}
+
+/* A group's remote READs, posted as one list per machine: the
+ * endpoints' checks and the provider's post once for a machine's, not per
+ * READ. */
+static void group_reads_post(struct htloop *l, struct get_group *grp)
+{
+	unsigned n = grp->nr;
+	void *ctx[FARM_HT_BATCH_MAX];
+	bool one = true;
+	for (unsigned i = 0; i < n; i++) {
+		ctx[i] = grp->rg[i];
+		one &= grp->rm[i] == grp->rm[0];
+	}
+	if (one) { /* all to one machine (always, with two) */
+		reads_post(l, grp->rm[0], grp->rw, n, ctx);
+		return;
+	}
+	farm_wr w[FARM_HT_BATCH_MAX];
+	void *c[FARM_HT_BATCH_MAX];
+	bool taken[FARM_HT_BATCH_MAX] = {false};
+	for (unsigned i = 0; i < n; i++) {
+		if (taken[i])
+			continue;
+		unsigned k = 0;
+		for (unsigned j = i; j < n; j++) {
+			if (taken[j] || grp->rm[j] != grp->rm[i])
+				continue;
+			w[k] = grp->rw[j];
+			c[k++] = ctx[j];
+			taken[j] = true;
+		}
+		reads_post(l, grp->rm[i], w, k, c);
+	}
+}
+
+/* Every pair's read issued: the local ones prefetched, back to back, and
+ * completed together a pass later; the remote ones posted as one list
+ * per machine. Out of line: its group's arrays (5 KiB) stay off the
+ * hashing stage's frame. */
+static __attribute__((noinline)) void
+get_many_issue(struct htloop *l, struct get_op **gs, unsigned m)
+{
+	struct get_op *local = NULL;
+	struct get_group grp;
+	grp.tail = &local;
+	grp.nr = 0;
+	for (unsigned j = 0; j < m; j++)
+		get_start_in(gs[j], &grp);
+	if (grp.nr)
+		group_reads_post(l, &grp);
+	if (local && farm_loop_defer(l->loop, get_group_done, local))
+		for (struct get_op *g = local, *next; g; g = next) {
+			next = g->gnext;
+			get_end(g, -ENOMEM, NULL, 0);
+		}
+}
+
 /* G-Opt's stages over the lookups started: every key hashed (four at a
  * time), its shard and home found, then every pair's read issued (the
  * local ones prefetched, back to back, the remote ones batched by the
@@ -599,14 +685,7 @@ static void get_many_start(farm_ht *h, struct htloop *l, struct get_op **gs,
 	}
 	hl_count(l, T_LOOKUPS, m);
 	l->gets_out += m; /* each until its get_end, as farm_ht_get's */
-	struct get_op *local = NULL, **tail = &local;
-	for (unsigned j = 0; j < m; j++)
-		get_start_in(gs[j], &tail);
-	if (local && farm_loop_defer(l->loop, get_group_done, local))
-		for (struct get_op *g = local, *next; g; g = next) {
-			next = g->gnext;
-			get_end(g, -ENOMEM, NULL, 0);
-		}
+	get_many_issue(l, gs, m);
 }
 
 int farm_ht_get_many(farm_ht *h, farm_loop *loop, unsigned n,
@@ -773,7 +852,7 @@ static void first_buckets(struct first_op *f)
 	 * fence pairs with the release store of the id in
 	 * farm_as_set_view_placed (as_view.c). */
 	atomic_thread_fence(memory_order_acquire);
-	if (farm_as_config_id(h->as) != f->cfg) {
+	if (ht_config_id(h) != f->cfg) {
 		first_end(f, FARM_HT_UNRESOLVED, NULL, 0);
 		return;
 	}
@@ -874,7 +953,7 @@ static int get_first(farm_ht *h, farm_loop *loop, const void *key,
 	}
 	hl_count(l, T_LOOKUPS, 1);
 	hl_count(l, T_READS, 1);
-	f->cfg = farm_as_config_id(h->as);
+	f->cfg = ht_config_id(h);
 	l->gets_out++; /* until first_end */
 	rc = first_issue(f, a, 2 * bb);
 	if (rc) {

@@ -143,6 +143,9 @@ struct ht_smap {
 struct farm_ht {
 	farm_txm *txm;
 	farm_as *as;
+	/* as's configuration id (farm_as_config_word), read inline by every
+	 * lookup twice (ht_config_id). */
+	const _Atomic uint64_t *as_cfg;
 	farm_galloc *ga;
 	farm_msg *msg;
 	uint32_t me;
@@ -167,6 +170,14 @@ struct farm_ht {
 	struct put_ctx *free_puts[MAX_LOOPS];
 	unsigned nfree_puts[MAX_LOOPS];
 };
+
+/* The address space's configuration id, as farm_as_config_id reads it
+ * (acquire: pairs with the release store of the id in
+ * farm_as_set_view_placed, as_view.c), without the call. */
+static inline uint64_t ht_config_id(const farm_ht *h)
+{
+	return atomic_load_explicit(h->as_cfg, memory_order_acquire);
+}
 
 enum {
 	T_LOOKUPS,

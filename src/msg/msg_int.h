@@ -28,22 +28,24 @@
 #include "util/common.h"
 #include "util/stat.h"
 
-#define MSG_MAGIC          0x3167736d6d726166ull /* "farmmsg1" */
-#define MSG_HDR_BYTES      4096u
-#define DEFAULT_RING       (256u << 10)
-#define MIN_RING           (4u << 10)
-#define MAX_RING           (64u << 20)
-#define EP_DEPTH           1024u
-#define CQ_BATCH           32
-#define MAX_POLLERS        8
-#define MAX_OWED_BELLS     16 /* farm_loop_rdma_lazy's owed doorbells */
-#define FRAMES_PER_POLL    64u
-#define WR_BATCH           64u
-#define SCAN_EVERY         256u /* passes between timer scans when busy */
-#define PARK_MAX_NS        200000000ull /* longest park with nothing pending */
-#define PARK_CALLS_NS      10000000ull  /* longest park while calls wait */
-#define DEFAULT_TIMEOUT_NS 1000000000ull
-#define CONNECT_RETRY_NS   100000000ull /* after a connect that timed out */
+#define MSG_MAGIC       0x3167736d6d726166ull /* "farmmsg1" */
+#define MSG_HDR_BYTES   4096u
+#define DEFAULT_RING    (256u << 10)
+#define MIN_RING        (4u << 10)
+#define MAX_RING        (64u << 20)
+#define EP_DEPTH        1024u
+#define CQ_BATCH        32
+#define MAX_POLLERS     8
+#define MAX_OWED_BELLS  16 /* farm_loop_rdma_lazy's owed doorbells */
+#define FRAMES_PER_POLL 64u
+#define WR_BATCH        64u
+/* READs farm_loop_rdma_reads posts in one list (its ops on the stack). */
+#define FARM_LOOP_READS_MAX 64u
+#define SCAN_EVERY          256u /* passes between timer scans when busy */
+#define PARK_MAX_NS         200000000ull /* longest park with nothing pending */
+#define PARK_CALLS_NS       10000000ull  /* longest park while calls wait */
+#define DEFAULT_TIMEOUT_NS  1000000000ull
+#define CONNECT_RETRY_NS    100000000ull /* after a connect that timed out */
 
 /* ---- layout of a machine's message region -------------------------------
  *   [0, 4096)              header (struct region_hdr)
@@ -203,6 +205,9 @@ struct out_peer {
 	unsigned rops; /* outstanding on rep */
 	bool rep_old;  /* rep reaches an old holder of the id: replaced once
 	                  rops drain (farm_loop_forget_peer) */
+	/* The loop pass (farm_loop.pass) in which ep and rep were last found
+	 * usable by rdma_post; 0: check at the next one-sided operation. */
+	uint64_t rep_pass;
 	/* READs of this pass not yet posted on rep (batch_reads): one list,
 	 * one doorbell, at the end of the pass. Counted in rops. */
 	farm_wr *pend, **pend_tail;
@@ -268,6 +273,9 @@ struct farm_loop {
 	uint32_t free_call, active, nactive;
 	uint64_t call_gen;
 	unsigned ticks;
+	/* Passes begun, from 1: the one-sided endpoints' checks hold for one
+	 * (out_peer.rep_pass). */
+	uint64_t pass;
 	uint64_t idle_since;
 	uint64_t wake_at; /* farm_loop_wake_by: park no longer (0: none) */
 	_Atomic int stop;
@@ -382,5 +390,54 @@ void farm_msg_call_done(farm_loop *loop, uint32_t i, int status,
                         const void *reply, uint32_t len);
 int farm_msg_scan_calls(farm_loop *loop, uint64_t now);
 void farm_msg_stamp_calls(farm_loop *loop);
+
+/* msg_loop.c and msg_reads.c: one-sided operations. */
+/* @op's endpoint for one-sided operations, made ready (msg_loop.c). */
+int farm_msg_rep_ready(farm_loop *loop, uint32_t machine, struct out_peer *op);
+/* @o joins the loop's outstanding operations (to @op's machine). */
+static inline void farm_msg_ops_link(farm_loop *loop, struct out_peer *op,
+                                     struct rdma_op *o)
+{
+	o->prev = NULL;
+	o->next = loop->ops;
+	if (loop->ops)
+		loop->ops->prev = o;
+	loop->ops = o;
+	loop->nops++;
+	op->rops++;
+}
+
+static inline bool farm_msg_rdma_args_ok(const farm_loop *loop,
+                                         uint32_t machine, int wake_thread,
+                                         const farm_wr *wr, farm_op_fn cont)
+{
+	if (!loop || !wr || !cont || machine >= loop->msg->attr.max_machines ||
+	    machine == loop->msg->me)
+		return false;
+	if (wake_thread >= (int)loop->msg->attr.nthreads)
+		return false;
+	return wr->opcode == FARM_WR_READ || wr->opcode == FARM_WR_WRITE ||
+	       wr->opcode == FARM_WR_CAS;
+}
+
+/* Machine @machine's out_peer with its endpoints checked (the messaging
+ * one's, then the one-sided one's, each through the provider) once a
+ * pass, not per operation: an endpoint that fails later in the pass
+ * fails the operations posted on it, as it fails those posted just
+ * before, and the next pass's first operation replaces it. A sticky
+ * error (op->err) stops them at once. */
+static inline int farm_msg_peer_rep(farm_loop *loop, uint32_t machine,
+                                    struct out_peer **out)
+{
+	struct out_peer *op = *out = &loop->out[machine];
+	if (FARM_LIKELY(op->rep_pass == loop->pass && !op->err))
+		return 0;
+	int rc = farm_msg_peer_ep(loop, machine, &op);
+	if (!rc)
+		rc = farm_msg_rep_ready(loop, machine, op);
+	if (!rc)
+		op->rep_pass = loop->pass;
+	return rc;
+}
 
 #endif

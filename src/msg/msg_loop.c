@@ -119,6 +119,7 @@ int farm_loop_open(farm_msg *msg, unsigned idx, farm_loop **out)
 	loop->free_call = 0;
 	loop->active = NIL;
 	loop->peer_gen = UINT64_MAX;
+	loop->pass = 1;
 	loop->park = (_Atomic uint32_t *)(void *)(msg->base +
 	                                          park_at(&msg->lay, idx));
 	rc = farm_cq_create(msg->fab, 4096, 0, &loop->cq);
@@ -168,22 +169,10 @@ static void rdma_done(farm_loop *loop, struct rdma_op *o, int status)
 	cont(loop, ctx, status);
 }
 
-/* @o joins the loop's outstanding operations (to @op's machine). */
-static void ops_link(farm_loop *loop, struct out_peer *op, struct rdma_op *o)
-{
-	o->prev = NULL;
-	o->next = loop->ops;
-	if (loop->ops)
-		loop->ops->prev = o;
-	loop->ops = o;
-	loop->nops++;
-	op->rops++;
-}
-
 /* @op's endpoint for one-sided operations, connected (again) when it has
  * none, failed, or reaches an old holder of the id (rep_old), once the
  * operations outstanding on it have drained (-EAGAIN until then). */
-static int rep_ready(farm_loop *loop, uint32_t machine, struct out_peer *op)
+int farm_msg_rep_ready(farm_loop *loop, uint32_t machine, struct out_peer *op)
 {
 	if (op->rep && (op->rep_old || !farm_ep_usable(op->rep))) {
 		if (op->rops)
@@ -192,6 +181,7 @@ static int rep_ready(farm_loop *loop, uint32_t machine, struct out_peer *op)
 		farm_ep_destroy(op->rep);
 		op->rep = NULL;
 		op->rep_old = false;
+		op->rep_pass = 0;
 	}
 	if (op->rep)
 		return 0;
@@ -389,28 +379,17 @@ static void batch_read(farm_loop *loop, uint32_t m, struct out_peer *op,
 		(void)flush_peer(loop, m); /* a full window: no need to wait */
 }
 
-static bool rdma_args_ok(const farm_loop *loop, uint32_t machine,
-                         int wake_thread, const farm_wr *wr, farm_op_fn cont)
+/* Inline in each entry point: farm_loop_rdma's constants (no doorbell,
+ * not lazy) then drop the bell's logic from a READ's post. */
+static inline __attribute__((always_inline)) int
+rdma_post(farm_loop *loop, uint32_t machine, int wake_thread, bool lazy,
+          farm_wr *wr, farm_op_fn cont, void *ctx)
 {
-	if (!loop || !wr || !cont || machine >= loop->msg->attr.max_machines ||
-	    machine == loop->msg->me)
-		return false;
-	if (wake_thread >= (int)loop->msg->attr.nthreads)
-		return false;
-	return wr->opcode == FARM_WR_READ || wr->opcode == FARM_WR_WRITE ||
-	       wr->opcode == FARM_WR_CAS;
-}
-
-static int rdma_post(farm_loop *loop, uint32_t machine, int wake_thread,
-                     bool lazy, farm_wr *wr, farm_op_fn cont, void *ctx)
-{
-	if (!rdma_args_ok(loop, machine, wake_thread, wr, cont))
+	if (!farm_msg_rdma_args_ok(loop, machine, wake_thread, wr, cont))
 		return -EINVAL;
 	struct out_peer *op;
-	int rc = farm_msg_peer_ep(loop, machine, &op);
+	int rc = farm_msg_peer_rep(loop, machine, &op);
 	if (rc)
-		return rc;
-	if ((rc = rep_ready(loop, machine, op)))
 		return rc;
 	struct rdma_op *o = loop->ops_free;
 	if (o)
@@ -427,7 +406,7 @@ static int rdma_post(farm_loop *loop, uint32_t machine, int wake_thread,
 	if (loop->msg->batch_reads && wr->opcode == FARM_WR_READ &&
 	    wake_thread < 0 && !(wr->flags & FARM_WR_INLINE)) {
 		o->wr = *wr;
-		ops_link(loop, op, o);
+		farm_msg_ops_link(loop, op, o);
 		batch_read(loop, machine, op, o);
 		return 0;
 	}
@@ -464,7 +443,7 @@ static int rdma_post(farm_loop *loop, uint32_t machine, int wake_thread,
 		loop->ops_free = o;
 		return rc;
 	}
-	ops_link(loop, op, o);
+	farm_msg_ops_link(loop, op, o);
 	if (owe)
 		owe_bell(loop, machine, (unsigned)wake_thread, !lazy);
 	return 0;
@@ -519,6 +498,7 @@ static void forget_out(farm_loop *loop, uint32_t m)
 		op->rep = NULL;
 	}
 	op->rep_old = op->rep != NULL;
+	op->rep_pass = 0;
 }
 
 int farm_loop_forget_peer(farm_loop *loop, uint32_t id)
@@ -649,6 +629,7 @@ int farm_loop_poll(farm_loop *loop)
 	if (!loop || loop->polling)
 		return 0;
 	loop->polling = true;
+	loop->pass++;
 	if (loop->npend_peers)
 		flush_reads(loop); /* posted between passes */
 	int got = loop->failed ? fail_batched(loop) : 0;

@@ -178,25 +178,11 @@ static void rd_start(struct rd_op *op)
 	uint64_t len = 64ull * op->lines;
 	uint8_t *p = NULL;
 	farm_mr_desc d;
-	const farm_mr_desc *dp = &d;
 	/* Acquire: pairs with the release store of the id when a
 	 * configuration is installed (as_view.c); read before the copy is
 	 * resolved, as rd_moved reads it after the copy. */
 	op->cfg = atomic_load_explicit(m->as_cfg, memory_order_acquire);
-	/* The cache's hit inline (the address was checked by rd_new); a
-	 * miss looks the region up. Acquire: pairs with the release bump of
-	 * the generation when the address space's table changes
-	 * (as_wrlock). */
-	uint64_t g = atomic_load_explicit(m->as_gen, memory_order_acquire);
-	const struct farm_as_rcache_ent *e =
-	        farm_as_rcache_hit(&tl->rc, g, farm_gaddr_region(op->a));
-	int rc = 0;
-	if (e && e->base)
-		p = e->base + farm_gaddr_offset(op->a);
-	else if (e)
-		dp = &e->d;
-	else
-		rc = farm_as_resolve_cached(m->as, &tl->rc, op->a, len, &p, &d);
+	int rc = farm_as_resolve_cached(m->as, &tl->rc, op->a, len, &p, &d);
 	if (!rc && p) {
 		if (!farm_lines_copy(op->img, p, len, LINE_TRIES)) {
 			rd_retry(op);
@@ -221,8 +207,8 @@ static void rd_start(struct rd_op *op)
 	if (!rc) {
 		/* The primary's descriptor is cached: one READ, posted here. */
 		farm_wr wr = farm_wr_read(0, op->img, tl->ar.mr, (uint32_t)len,
-		                          dp, farm_gaddr_offset(op->a));
-		rc = farm_loop_rdma(tl->loop, dp->machine, &wr, rd_remote_done,
+		                          &d, farm_gaddr_offset(op->a));
+		rc = farm_loop_rdma(tl->loop, d.machine, &wr, rd_remote_done,
 		                    op);
 	} else if (rc == -EAGAIN) {
 		rc = farm_as_read(m->as, tl->loop, op->a, op->img, tl->ar.mr,

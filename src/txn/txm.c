@@ -263,7 +263,6 @@ int farm_txm_create(farm_fabric *fab, farm_msg *msg, farm_as *as,
 	m->msg = msg;
 	m->as = as;
 	m->region_size = farm_as_region_size(as);
-	m->as_gen = farm_as_gen_word(as);
 	m->as_cfg = farm_as_config_word(as);
 	m->ga = ga;
 	m->me = farm_msg_machine_id(msg);

@@ -90,10 +90,10 @@ struct farm_txm {
 	farm_msg *msg;
 	farm_as *as;
 	/* What every read of the address space needs, kept for the read
-	 * path (read.c): the region size and the words farm_as_rcache_hit
-	 * and rd_moved load (addrspace.h: farm_as_gen_word). */
+	 * path (read.c): the region size and the configuration id's word
+	 * rd_start and rd_moved load (addrspace.h: farm_as_config_word). */
 	uint64_t region_size;
-	const _Atomic uint64_t *as_gen, *as_cfg;
+	const _Atomic uint64_t *as_cfg;
 	farm_galloc *ga;
 	uint32_t me, T, M;
 	uint64_t R; /* ring bytes per log */
