@@ -114,6 +114,18 @@ static void nodes_close(struct node *nodes, unsigned n)
 	}
 }
 
+/* 64 KiB of @nd's memory registered for one-sided access: *@mem, *@mr,
+ * and the descriptor a peer's WRITE, READ or CAS names (*@d). */
+static void remote_mem(struct node *nd, farm_mem **mem, farm_mr **mr,
+                       farm_mr_desc *d)
+{
+	assert_int_equal(farm_mem_alloc(nd->fab, 1 << 16, 0, mem), 0);
+	assert_int_equal(farm_mr_reg(nd->fab, farm_mem_addr(*mem), 1 << 16,
+	                             FARM_ACCESS_ALL, mr),
+	                 0);
+	*d = farm_mr_describe(*mr);
+}
+
 static void pump(struct node *nodes, unsigned n, unsigned rounds)
 {
 	for (unsigned r = 0; r < rounds; r++)
@@ -1021,11 +1033,8 @@ static void test_loop_rdma(void **state)
 	nodes_open(nd, 2, &a);
 	farm_mem *mem;
 	farm_mr *mr;
-	assert_int_equal(farm_mem_alloc(nd[1].fab, 1 << 16, 0, &mem), 0);
-	assert_int_equal(farm_mr_reg(nd[1].fab, farm_mem_addr(mem), 1 << 16,
-	                             FARM_ACCESS_ALL, &mr),
-	                 0);
-	farm_mr_desc d = farm_mr_describe(mr);
+	farm_mr_desc d;
+	remote_mem(&nd[1], &mem, &mr, &d);
 	static uint64_t buf[8];
 	farm_mr *lmr;
 	assert_int_equal(farm_mr_reg(nd[0].fab, buf, sizeof(buf),
@@ -1201,11 +1210,8 @@ static void test_loop_rdma_batch(void **state)
 	bool udp = strcmp(farm_fabric_provider(nd[0].fab), "udp") == 0;
 	farm_mem *mem;
 	farm_mr *mr, *lmr;
-	assert_int_equal(farm_mem_alloc(nd[1].fab, 1 << 16, 0, &mem), 0);
-	assert_int_equal(farm_mr_reg(nd[1].fab, farm_mem_addr(mem), 1 << 16,
-	                             FARM_ACCESS_ALL, &mr),
-	                 0);
-	farm_mr_desc d = farm_mr_describe(mr);
+	farm_mr_desc d;
+	remote_mem(&nd[1], &mem, &mr, &d);
 	uint64_t *remote = farm_mem_addr(mem);
 	static uint64_t buf[18];
 	assert_int_equal(farm_mr_reg(nd[0].fab, buf, sizeof(buf),
@@ -1245,11 +1251,8 @@ static void test_loop_rdma_reads(void **state)
 	nodes_open(nd, 2, &a);
 	farm_mem *mem;
 	farm_mr *mr, *lmr;
-	assert_int_equal(farm_mem_alloc(nd[1].fab, 1 << 16, 0, &mem), 0);
-	assert_int_equal(farm_mr_reg(nd[1].fab, farm_mem_addr(mem), 1 << 16,
-	                             FARM_ACCESS_ALL, &mr),
-	                 0);
-	farm_mr_desc d = farm_mr_describe(mr);
+	farm_mr_desc d;
+	remote_mem(&nd[1], &mem, &mr, &d);
 	uint64_t *remote = farm_mem_addr(mem);
 	for (unsigned i = 0; i < NREADS; i++)
 		remote[i] = 5000 + i;
