@@ -19,6 +19,7 @@
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <stdlib.h>
 
 #include <urcu/wfcqueue.h>
 
@@ -405,6 +406,34 @@ static inline void farm_msg_ops_link(farm_loop *loop, struct out_peer *op,
 	loop->ops = o;
 	loop->nops++;
 	op->rops++;
+}
+
+/* A record for a one-sided operation to @machine whose continuation is
+ * @cont(@ctx), from the loop's free list or fresh, and @wr marked as its
+ * (wr_id, SIGNALED); NULL: out of memory. */
+static inline struct rdma_op *farm_msg_op_get(farm_loop *loop, uint32_t machine,
+                                              farm_wr *wr, farm_op_fn cont,
+                                              void *ctx)
+{
+	struct rdma_op *o = loop->ops_free;
+	if (o)
+		loop->ops_free = o->next;
+	else if (!(o = malloc(sizeof(*o))))
+		return NULL;
+	o->cont = cont;
+	o->ctx = ctx;
+	o->machine = machine;
+	o->status = 0;
+	wr->wr_id = (uint64_t)(uintptr_t)o;
+	wr->flags |= FARM_WR_SIGNALED;
+	return o;
+}
+
+/* @o back on the loop's free list (not, or no longer, outstanding). */
+static inline void farm_msg_op_put(farm_loop *loop, struct rdma_op *o)
+{
+	o->next = loop->ops_free;
+	loop->ops_free = o;
 }
 
 static inline bool farm_msg_rdma_args_ok(const farm_loop *loop,

@@ -164,8 +164,7 @@ static void rdma_done(farm_loop *loop, struct rdma_op *o, int status)
 	loop->out[o->machine].rops--;
 	farm_op_fn cont = o->cont;
 	void *ctx = o->ctx;
-	o->next = loop->ops_free;
-	loop->ops_free = o;
+	farm_msg_op_put(loop, o);
 	cont(loop, ctx, status);
 }
 
@@ -391,18 +390,10 @@ rdma_post(farm_loop *loop, uint32_t machine, int wake_thread, bool lazy,
 	int rc = farm_msg_peer_rep(loop, machine, &op);
 	if (rc)
 		return rc;
-	struct rdma_op *o = loop->ops_free;
-	if (o)
-		loop->ops_free = o->next;
-	else if (!(o = malloc(sizeof(*o))))
+	struct rdma_op *o = farm_msg_op_get(loop, machine, wr, cont, ctx);
+	if (!o)
 		return -ENOMEM;
-	o->cont = cont;
-	o->ctx = ctx;
-	o->machine = machine;
-	o->status = 0;
 	wr->next = NULL;
-	wr->wr_id = (uint64_t)(uintptr_t)o;
-	wr->flags |= FARM_WR_SIGNALED;
 	if (loop->msg->batch_reads && wr->opcode == FARM_WR_READ &&
 	    wake_thread < 0 && !(wr->flags & FARM_WR_INLINE)) {
 		o->wr = *wr;
@@ -412,8 +403,7 @@ rdma_post(farm_loop *loop, uint32_t machine, int wake_thread, bool lazy,
 	}
 	/* After this machine's batched READs, as the calls came. */
 	if (op->pend && post_batch_first() && flush_peer(loop, machine)) {
-		o->next = loop->ops_free;
-		loop->ops_free = o;
+		farm_msg_op_put(loop, o);
 		return -EAGAIN; /* its queue is full: as a full queue below */
 	}
 	farm_wr bell;
@@ -439,8 +429,7 @@ rdma_post(farm_loop *loop, uint32_t machine, int wake_thread, bool lazy,
 		           parked receiver wakes at its next timed check */
 	wr->next = NULL;
 	if (rc) {
-		o->next = loop->ops_free;
-		loop->ops_free = o;
+		farm_msg_op_put(loop, o);
 		return rc;
 	}
 	farm_msg_ops_link(loop, op, o);

@@ -15,24 +15,13 @@ static int reads_prepare(farm_loop *loop, uint32_t machine, farm_wr *wrs,
                          struct rdma_op **os)
 {
 	for (unsigned i = 0; i < n; i++) {
-		struct rdma_op *o = loop->ops_free;
-		if (o) {
-			loop->ops_free = o->next;
-		} else if (!(o = malloc(sizeof(*o)))) {
-			while (i--) {
-				os[i]->next = loop->ops_free;
-				loop->ops_free = os[i];
-			}
+		os[i] = farm_msg_op_get(loop, machine, &wrs[i], cont, ctxs[i]);
+		if (!os[i]) {
+			while (i--)
+				farm_msg_op_put(loop, os[i]);
 			return -ENOMEM;
 		}
-		o->cont = cont;
-		o->ctx = ctxs[i];
-		o->machine = machine;
-		o->status = 0;
-		os[i] = o;
 		wrs[i].next = i + 1 < n ? &wrs[i + 1] : NULL;
-		wrs[i].wr_id = (uint64_t)(uintptr_t)o;
-		wrs[i].flags |= FARM_WR_SIGNALED;
 	}
 	return 0;
 }
@@ -85,8 +74,7 @@ int farm_loop_rdma_reads(farm_loop *loop, uint32_t machine, farm_wr *wrs,
 			if (i < got) {
 				farm_msg_ops_link(loop, op, os[i]);
 			} else {
-				os[i]->next = loop->ops_free;
-				loop->ops_free = os[i];
+				farm_msg_op_put(loop, os[i]);
 			}
 		}
 		done += got;
