@@ -6,7 +6,8 @@
  * they read from ZooKeeper only SLOW_MS late (FARM_FP_ZK_SLOW_PUBLISH, a
  * ZooKeeper short of CPU). Machine 3 is killed with SIGKILL: machines 1
  * and 2 must take the configuration without it well before SLOW_MS, from
- * the CM's message (counted as offered), and agree with the CM on it.
+ * the CM's message (counted as offered, as it applies: the count is read
+ * in the configuration callback), and agree with the CM on it.
  * --broken (FARM_FP_NODE_NO_NEW_CONFIG: the CM sends nothing) must see
  * them wait for ZooKeeper, SLOW_MS or more, nothing offered.
  *
@@ -51,7 +52,12 @@ struct report {
 };
 
 struct child {
+	farm_node *node;
 	_Atomic uint64_t t_view_ns;
+	/* The offers counted as the last configuration applied: one
+	 * offered must be counted by then, not after the application may
+	 * already act on it. */
+	_Atomic uint64_t offered;
 };
 
 static void on_config(void *ctx, uint64_t id, unsigned members, bool member)
@@ -61,6 +67,9 @@ static void on_config(void *ctx, uint64_t id, unsigned members, bool member)
 	(void)member;
 	struct child *ch = ctx;
 	atomic_store(&ch->t_view_ns, np_now_ns());
+	struct farm_membership_status ms;
+	if (!farm_membership_status(farm_node_membership(ch->node), &ms))
+		atomic_store(&ch->offered, ms.offered);
 }
 
 /* The delay point's hook: ZooKeeper's view published SLOW_MS late. */
@@ -100,10 +109,9 @@ static void fill(struct np_child *c, struct child *ch, struct report *r)
 	r->cm = v->cm;
 	r->t_view_ns = atomic_load(&ch->t_view_ns);
 	struct farm_membership_status ms;
-	if (!farm_membership_status(farm_node_membership(c->node), &ms)) {
-		r->offered = ms.offered;
+	if (!farm_membership_status(farm_node_membership(c->node), &ms))
 		r->offers_refused = ms.offers_refused;
-	}
+	r->offered = atomic_load(&ch->offered);
 	free(v);
 }
 
@@ -135,6 +143,7 @@ static int machine(struct np_child *c, void *arg)
 		fprintf(stderr, "m%u: open: %s\n", c->me, farm_strerror(rc));
 		return 4;
 	}
+	ch.node = c->node;
 	farm_node_on_config(c->node, on_config, &ch);
 	farm_node_set_app_loops(c->node, true);
 	if (farm_node_start(c->node, 10000) ||
@@ -179,6 +188,7 @@ static int joiner(struct np_child *c, struct farm_config *cfg)
 	uint64_t t0 = np_now_ns();
 	if (farm_node_open(cfg, &c->node))
 		return 4;
+	ch.node = c->node;
 	farm_node_on_config(c->node, on_config, &ch);
 	farm_node_set_app_loops(c->node, true);
 	slow_node = c->node;

@@ -119,7 +119,7 @@ static int static_open(struct farm_membership *m,
 	m->st.state = FARM_MEMBERSHIP_CONNECTED;
 	m->st.registered = true;
 	pthread_mutex_unlock(&m->lock);
-	farm_membership_publish(m, v);
+	farm_membership_publish(m, v, false);
 	free(v);
 	return 0;
 }

@@ -87,9 +87,11 @@ bool farm_zk_path_valid(const char *s);
 
 /* For the backends and offer.c: install @v as the current view if its
  * config id is newer, then run on_view outside the lock (under
- * publish_lock). Call without either lock. Whether @v was newer. */
+ * publish_lock). @offered: it came in the manager's NEW-CONFIG, counted
+ * with the install, so that anyone on_view wakes sees it counted. Call
+ * without either lock. Whether @v was newer. */
 bool farm_membership_publish(struct farm_membership *m,
-                             const struct farm_view *v);
+                             const struct farm_view *v, bool offered);
 
 /* view.c: an endpoint's text is one line of printable bytes (static
  * peers' addresses, ZooKeeper registrations). */

@@ -75,11 +75,7 @@ static void take(struct farm_offer *o, const char *text, size_t len,
 	farm_info("membership: machine %" PRIu32 " takes configuration "
 	          "%" PRIu64 " from its manager, machine %" PRIu32,
 	          m->self, v->config_id, from);
-	if (farm_membership_publish(m, v)) {
-		pthread_mutex_lock(&m->lock);
-		m->st.offered++;
-		pthread_mutex_unlock(&m->lock);
-	}
+	(void)farm_membership_publish(m, v, true);
 }
 
 static void *offer_main(void *arg)

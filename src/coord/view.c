@@ -840,7 +840,7 @@ int farm_view_parse(const char *buf, size_t len, struct farm_view *v)
 }
 
 bool farm_membership_publish(struct farm_membership *m,
-                             const struct farm_view *v)
+                             const struct farm_view *v, bool offered)
 {
 	/* The check and on_view under one lock: a view the offer thread
 	 * takes and one the worker reads never run on_view out of order. */
@@ -850,6 +850,7 @@ bool farm_membership_publish(struct farm_membership *m,
 	if (newer) {
 		m->view = *v;
 		m->st.views++;
+		m->st.offered += offered;
 	}
 	pthread_cond_broadcast(&m->changed);
 	pthread_mutex_unlock(&m->lock);

@@ -268,7 +268,7 @@ static int zk_write_next(struct farm_membership *m, int32_t version, bool force,
 	 * and reads bring it. */
 	if (m->on_written)
 		m->on_written(m->ctx, &z->next, z->buf, (size_t)len);
-	farm_membership_publish(m, &z->next);
+	farm_membership_publish(m, &z->next, false);
 	return 0;
 }
 
@@ -507,7 +507,7 @@ static int sync_apply(struct farm_membership *m, struct sync_reads *r,
 	if (parsed && z->cur.config_id) {
 		/* Testing: a slow read (a ZooKeeper short of CPU). */
 		FARM_FAULT_POINT(FARM_FP_ZK_SLOW_PUBLISH);
-		farm_membership_publish(m, &z->cur);
+		farm_membership_publish(m, &z->cur, false);
 	}
 	return 0;
 }
