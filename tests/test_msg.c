@@ -1,7 +1,9 @@
 /*
  * Messaging in one process: several machines (each its own fabric and
  * farm_msg) whose loops one test thread drives in turn, so every step is
- * deterministic. Multi-process behaviour is in test_msg_multi.c.
+ * deterministic (the machines: harness/msgnodes.h). Multi-process
+ * behaviour is in test_msg_multi.c, one-sided operations through loops in
+ * test_msg_rdma.c.
  */
 #include "testutil.h"
 
@@ -14,124 +16,11 @@
 #include "fabric/udp_testing.h"
 #include "msg/msg_testing.h"
 #include "brokenarg.h"
+#include "msgnodes.h"
 
-#define T_ECHO  1
-#define T_COUNT 2
-#define T_DEFER 3
-#define T_FAIL  4
 #ifndef NCALLS
 #define NCALLS 500
 #endif
-
-struct node {
-	char dir[256];
-	farm_fabric *fab;
-	farm_msg *msg;
-	farm_loop *loop;
-	/* what the handlers saw */
-	uint64_t count, bytes, next_seq, bad_seq;
-	struct farm_msg_token deferred;
-	int has_deferred;
-};
-
-static void h_echo(farm_loop *loop, const farm_msg_in *in, void *arg)
-{
-	(void)arg;
-	assert_int_equal(farm_msg_reply(loop, &in->token, in->payload, in->len),
-	                 0);
-}
-
-static void h_count(farm_loop *loop, const farm_msg_in *in, void *arg)
-{
-	(void)loop;
-	struct node *n = arg;
-	uint64_t seq = 0;
-	if (in->len >= 8)
-		memcpy(&seq, in->payload, 8);
-	if (seq != n->next_seq)
-		n->bad_seq++;
-	n->next_seq = seq + 1;
-	n->count++;
-	n->bytes += in->len;
-}
-
-static void h_defer(farm_loop *loop, const farm_msg_in *in, void *arg)
-{
-	(void)loop;
-	struct node *n = arg;
-	n->deferred = in->token;
-	n->has_deferred = 1;
-}
-
-static void h_fail(farm_loop *loop, const farm_msg_in *in, void *arg)
-{
-	(void)arg;
-	assert_int_equal(farm_msg_reply_error(loop, &in->token, -EPERM), 0);
-}
-
-static void nodes_open(struct node *nodes, unsigned n, const farm_msg_attr *a)
-{
-	for (unsigned i = 0; i < n; i++) {
-		struct node *x = &nodes[i];
-		memset(x, 0, sizeof(*x));
-		tu_tmpdir(x->dir, sizeof(x->dir), "msg");
-		x->fab = tu_open(i, x->dir);
-		assert_non_null(x->fab);
-		assert_int_equal(farm_msg_create(x->fab, a, &x->msg), 0);
-		assert_int_equal(farm_msg_handle(x->msg, T_ECHO, h_echo, x), 0);
-		assert_int_equal(farm_msg_handle(x->msg, T_COUNT, h_count, x),
-		                 0);
-		assert_int_equal(farm_msg_handle(x->msg, T_DEFER, h_defer, x),
-		                 0);
-		assert_int_equal(farm_msg_handle(x->msg, T_FAIL, h_fail, x), 0);
-		assert_int_equal(farm_msg_handle(x->msg, T_FAIL, h_fail, x),
-		                 -EEXIST);
-	}
-	for (unsigned i = 0; i < n; i++) {
-		for (unsigned j = 0; j < n; j++) {
-			if (i == j)
-				continue;
-			char addr[256];
-			assert_true(farm_fabric_address(nodes[j].fab, addr,
-			                                sizeof(addr)) > 0);
-			farm_mr_desc d = farm_msg_desc(nodes[j].msg);
-			assert_int_equal(
-			        farm_msg_add_peer(nodes[i].msg, j, addr, &d),
-			        0);
-		}
-		assert_int_equal(
-		        farm_loop_open(nodes[i].msg, 0, &nodes[i].loop), 0);
-	}
-}
-
-static void nodes_close(struct node *nodes, unsigned n)
-{
-	for (unsigned i = 0; i < n; i++) {
-		farm_loop_close(nodes[i].loop);
-		assert_int_equal(farm_msg_destroy(nodes[i].msg), 0);
-		farm_fabric_close(nodes[i].fab);
-		tu_rmtree(nodes[i].dir);
-	}
-}
-
-/* 64 KiB of @nd's memory registered for one-sided access: *@mem, *@mr,
- * and the descriptor a peer's WRITE, READ or CAS names (*@d). */
-static void remote_mem(struct node *nd, farm_mem **mem, farm_mr **mr,
-                       farm_mr_desc *d)
-{
-	assert_int_equal(farm_mem_alloc(nd->fab, 1 << 16, 0, mem), 0);
-	assert_int_equal(farm_mr_reg(nd->fab, farm_mem_addr(*mem), 1 << 16,
-	                             FARM_ACCESS_ALL, mr),
-	                 0);
-	*d = farm_mr_describe(*mr);
-}
-
-static void pump(struct node *nodes, unsigned n, unsigned rounds)
-{
-	for (unsigned r = 0; r < rounds; r++)
-		for (unsigned i = 0; i < n; i++)
-			(void)farm_loop_poll(nodes[i].loop);
-}
 
 struct rpc_res {
 	int done, status;
@@ -156,9 +45,9 @@ static void rpc_cont(farm_loop *loop, void *ctx, int status, const void *reply,
 static void test_bad_args(void **state)
 {
 	(void)state;
-	struct node nd[2];
+	struct mn_node nd[2];
 	farm_msg_attr a = {.ring_size = 4096};
-	nodes_open(nd, 2, &a);
+	mn_open(nd, 2, &a);
 	farm_msg_attr bad = {.ring_size = 5000};
 	farm_msg *m;
 	assert_int_equal(farm_msg_create(nd[0].fab, &bad, &m), -EINVAL);
@@ -183,7 +72,7 @@ static void test_bad_args(void **state)
 	farm_loop *l2;
 	assert_int_equal(farm_loop_open(nd[0].msg, 0, &l2), -EBUSY);
 	assert_int_equal(farm_msg_destroy(nd[0].msg), -EBUSY);
-	nodes_close(nd, 2);
+	mn_close(nd, 2);
 }
 
 /* The reconfiguration probe READs each machine's header: the live ones
@@ -192,9 +81,9 @@ static void test_bad_args(void **state)
 static void test_probe(void **state)
 {
 	(void)state;
-	struct node nd[3];
+	struct mn_node nd[3];
 	farm_msg_attr a = {.ring_size = 4096};
-	nodes_open(nd, 3, &a);
+	mn_open(nd, 3, &a);
 	uint32_t ids[4] = {0, 1, 2, 5};
 	bool ok[4];
 	assert_int_equal(farm_msg_probe(nd[0].msg, ids, 4, 100000000ull, ok),
@@ -229,16 +118,16 @@ static void test_probe(void **state)
 	                 -EINVAL);
 	assert_int_equal(farm_msg_probe(nd[0].msg, &far, 1, 1000, ok), -EINVAL);
 	assert_int_equal(farm_msg_probe(nd[0].msg, ids, 0, 1000, ok), 0);
-	nodes_close(nd, 3);
+	mn_close(nd, 3);
 }
 
 /* Exactly once, in order, through many wrap-arounds of a small ring. */
 static void test_stream_wraps(void **state)
 {
 	(void)state;
-	struct node nd[2];
+	struct mn_node nd[2];
 	farm_msg_attr a = {.ring_size = 4096, .sendq_max = 100000};
-	nodes_open(nd, 2, &a);
+	mn_open(nd, 2, &a);
 	uint32_t max = farm_msg_max_payload(nd[0].msg);
 	uint8_t buf[4096];
 	uint64_t rng = 7, total = 0;
@@ -250,10 +139,10 @@ static void test_stream_wraps(void **state)
 		        farm_msg_send(nd[0].loop, 1, 0, T_COUNT, buf, len), 0);
 		total += len;
 		if (seq % 7 == 0)
-			pump(nd, 2, 1);
+			mn_pump(nd, 2, 1);
 	}
 	for (int i = 0; i < 100000 && nd[1].count < 200000; i++)
-		pump(nd, 2, 1);
+		mn_pump(nd, 2, 1);
 	assert_int_equal(nd[1].count, 200000);
 	assert_int_equal(nd[1].bytes, total);
 	assert_int_equal(nd[1].bad_seq, 0);
@@ -261,7 +150,7 @@ static void test_stream_wraps(void **state)
 	farm_msg_stats_get(NULL, nd[0].loop, &s);
 	assert_true(s.frames_sent > 0 && s.frames_sent <= 200000);
 	assert_int_equal(s.sent, 200000);
-	nodes_close(nd, 2);
+	mn_close(nd, 2);
 }
 
 /* Frames start on a cache line: one of a 16-byte message takes one line,
@@ -270,9 +159,9 @@ static void test_stream_wraps(void **state)
 static void test_frame_lines(void **state)
 {
 	(void)state;
-	struct node nd[2];
+	struct mn_node nd[2];
 	farm_msg_attr a = {.ring_size = 4096};
-	nodes_open(nd, 2, &a);
+	mn_open(nd, 2, &a);
 	static const uint32_t lens[] = {16, 64, 100, 8, 64};
 	static const uint64_t span[] = {64, 128, 192, 64, 128};
 	uint8_t buf[128] = {0};
@@ -282,7 +171,7 @@ static void test_frame_lines(void **state)
 		assert_int_equal(
 		        farm_msg_send(nd[0].loop, 1, 0, T_COUNT, buf, lens[i]),
 		        0);
-		pump(nd, 2, 2);
+		mn_pump(nd, 2, 2);
 		assert_int_equal(nd[1].count, i + 1);
 		uint32_t size;
 		uint64_t head;
@@ -291,7 +180,7 @@ static void test_frame_lines(void **state)
 		assert_int_equal(head, want);
 	}
 	assert_int_equal(nd[1].bad_seq, 0);
-	nodes_close(nd, 2);
+	mn_close(nd, 2);
 }
 
 /* The receiver hands back an eighth of its ring in the pass that consumed
@@ -301,15 +190,15 @@ static void test_frame_lines(void **state)
 static void test_hand_back_eighth(void **state)
 {
 	(void)state;
-	struct node nd[2];
+	struct mn_node nd[2];
 	farm_msg_attr a = {.ring_size = 4096};
-	nodes_open(nd, 2, &a);
+	mn_open(nd, 2, &a);
 	uint8_t buf[64] = {0}, zero[512] = {0};
 	for (uint64_t i = 0; i < 4; i++) {
 		memcpy(buf, &i, 8);
 		assert_int_equal(
 		        farm_msg_send(nd[0].loop, 1, 0, T_COUNT, buf, 64), 0);
-		pump(nd, 2, 1); /* the sender posts, the receiver consumes */
+		mn_pump(nd, 2, 1); /* the sender posts, the receiver consumes */
 		assert_int_equal(nd[1].count, i + 1);
 		uint32_t size;
 		uint64_t head;
@@ -322,7 +211,7 @@ static void test_hand_back_eighth(void **state)
 			assert_memory_equal(ring, zero, sizeof(zero));
 	}
 	assert_int_equal(nd[1].bad_seq, 0);
-	nodes_close(nd, 2);
+	mn_close(nd, 2);
 }
 
 /* farm_msg_memory: the region is sized by max_machines (T*M*T rings);
@@ -331,9 +220,9 @@ static void test_hand_back_eighth(void **state)
 static void test_memory(void **state)
 {
 	(void)state;
-	struct node nd[3];
+	struct mn_node nd[3];
 	farm_msg_attr a = {.ring_size = 8192, .max_machines = 5};
-	nodes_open(nd, 3, &a);
+	mn_open(nd, 3, &a);
 	farm_msg_mem m0 = {.size = sizeof(m0)}, m1 = {.size = sizeof(m1)},
 	             m2 = {.size = sizeof(m2)};
 	farm_msg_mem tiny = {.size = 4};
@@ -359,14 +248,14 @@ static void test_memory(void **state)
 	assert_int_equal(farm_msg_memory(nd[0].msg, &m2), 0);
 	assert_int_equal(m2.mirrors, 2 * 8192);
 	assert_int_equal(m2.region, m0.region);
-	pump(nd, 3, 10);
+	mn_pump(nd, 3, 10);
 	farm_loop_close(nd[0].loop);
 	assert_int_equal(farm_msg_memory(nd[0].msg, &m2), 0);
 	assert_int_equal(m2.mirrors, 0);
 	assert_int_equal(m2.mirrors_resident, 0);
 	assert_true(m2.tables < m0.tables);
 	assert_int_equal(farm_loop_open(nd[0].msg, 0, &nd[0].loop), 0);
-	nodes_close(nd, 3);
+	mn_close(nd, 3);
 }
 
 /* Fill the file system at @dir: a file written until it is full. */
@@ -389,7 +278,7 @@ static void fill_fs(const char *dir, char *path, size_t cap)
 static void test_full_fs(void **state)
 {
 	(void)state;
-	struct node nd[2];
+	struct mn_node nd[2];
 	memset(nd, 0, sizeof(nd));
 	tu_tmpdir(nd[0].dir, sizeof(nd[0].dir), "msg");
 	tu_tmpdir(nd[1].dir, sizeof(nd[1].dir), "msgfull");
@@ -405,7 +294,7 @@ static void test_full_fs(void **state)
 		assert_non_null(nd[i].fab);
 		assert_int_equal(farm_msg_create(nd[i].fab, &a, &nd[i].msg), 0);
 		assert_int_equal(
-		        farm_msg_handle(nd[i].msg, T_COUNT, h_count, &nd[i]),
+		        farm_msg_handle(nd[i].msg, T_COUNT, mn_h_count, &nd[i]),
 		        0);
 	}
 	bool shm = strcmp(farm_fabric_provider(nd[0].fab), "shm") == 0;
@@ -429,9 +318,9 @@ static void test_full_fs(void **state)
 	assert_int_equal(unlink(filler), 0);
 	assert_int_equal(farm_msg_send(nd[0].loop, 1, 0, T_COUNT, buf, 8), 0);
 	for (unsigned i = 0; i < 1000 && nd[1].count < 1; i++)
-		pump(nd, 2, 1);
+		mn_pump(nd, 2, 1);
 	assert_int_equal(nd[1].count, 1);
-	nodes_close(nd, 2);
+	mn_close(nd, 2);
 	umount2(nd[1].dir, MNT_DETACH);
 	tu_rmtree(nd[1].dir);
 }
@@ -441,9 +330,9 @@ static void test_full_fs(void **state)
 static void test_backpressure(void **state)
 {
 	(void)state;
-	struct node nd[2];
+	struct mn_node nd[2];
 	farm_msg_attr a = {.ring_size = 4096, .sendq_max = 50};
-	nodes_open(nd, 2, &a);
+	mn_open(nd, 2, &a);
 	uint8_t buf[256] = {0};
 	uint64_t seq = 0;
 	int rc;
@@ -463,23 +352,23 @@ static void test_backpressure(void **state)
 	/* The ring holds what fits; 50 more wait locally. */
 	assert_true(seq >= 50 + 4096 / (256 + 16 + 16) / 2);
 	for (int i = 0; i < 10000 && nd[1].count < seq; i++)
-		pump(nd, 2, 1);
+		mn_pump(nd, 2, 1);
 	assert_int_equal(nd[1].count, seq);
 	assert_int_equal(nd[1].bad_seq, 0);
 	/* and the channel works again */
 	memcpy(buf, &seq, 8);
 	assert_int_equal(farm_msg_send(nd[0].loop, 1, 0, T_COUNT, buf, 8), 0);
-	pump(nd, 2, 4);
+	mn_pump(nd, 2, 4);
 	assert_int_equal(nd[1].count, seq + 1);
-	nodes_close(nd, 2);
+	mn_close(nd, 2);
 }
 
 static void test_rpc(void **state)
 {
 	(void)state;
-	struct node nd[3];
+	struct mn_node nd[3];
 	farm_msg_attr a = {0};
-	nodes_open(nd, 3, &a);
+	mn_open(nd, 3, &a);
 	struct rpc_res r[4] = {{0}};
 	const char *hello = "hello, machine";
 	/* remote echo, to our own machine, error reply, timeout */
@@ -498,7 +387,7 @@ static void test_rpc(void **state)
 	uint64_t until = farm_now_ns() + 2000000000ull;
 	while (farm_now_ns() < until &&
 	       !(r[0].done && r[1].done && r[2].done && r[3].done))
-		pump(nd, 3, 1);
+		mn_pump(nd, 3, 1);
 	assert_int_equal(r[0].done, 1);
 	assert_int_equal(r[0].status, 0);
 	assert_int_equal(r[0].len, 15);
@@ -511,7 +400,7 @@ static void test_rpc(void **state)
 	assert_true(nd[2].has_deferred);
 	assert_int_equal(farm_msg_reply(nd[2].loop, &nd[2].deferred, "late", 4),
 	                 0);
-	pump(nd, 3, 4);
+	mn_pump(nd, 3, 4);
 	assert_int_equal(r[3].done, 1);
 	farm_msg_stats s;
 	farm_msg_stats_get(NULL, nd[0].loop, &s);
@@ -526,7 +415,7 @@ static void test_rpc(void **state)
 	assert_int_equal(c.done, 1);
 	assert_int_equal(c.status, -ECANCELED);
 	assert_int_equal(farm_loop_open(nd[0].msg, 0, &nd[0].loop), 0);
-	nodes_close(nd, 3);
+	mn_close(nd, 3);
 }
 
 /*
@@ -543,15 +432,15 @@ static bool broken_removed;
 static void test_call_to_removed(void **state)
 {
 	(void)state;
-	struct node nd[2];
+	struct mn_node nd[2];
 	farm_msg_attr a = {0};
-	nodes_open(nd, 2, &a);
+	mn_open(nd, 2, &a);
 	struct rpc_res r = {0};
 	assert_int_equal(farm_msg_call(nd[0].loop, 1, 0, T_DEFER, NULL, 0,
 	                               REMOVED_CALL_NS, rpc_cont, &r),
 	                 0);
 	while (!nd[1].has_deferred) /* it arrived; no answer will come */
-		pump(nd, 2, 1);
+		mn_pump(nd, 2, 1);
 	uint64_t t0 = farm_now_ns();
 	assert_int_equal(farm_msg_peer_min_config(nd[0].msg, 1, UINT32_MAX), 0);
 	while (!r.done)
@@ -562,7 +451,7 @@ static void test_call_to_removed(void **state)
 	if (broken_removed) { /* to the deadline */
 		assert_int_equal(r.status, -ETIMEDOUT);
 		assert_true(took >= REMOVED_CALL_NS / 2);
-		nodes_close(nd, 2);
+		mn_close(nd, 2);
 		return;
 	}
 	assert_int_equal(r.status, FARM_EPEERDEAD);
@@ -573,9 +462,9 @@ static void test_call_to_removed(void **state)
 	                 FARM_EPEERDEAD);
 	assert_int_equal(farm_msg_reply(nd[1].loop, &nd[1].deferred, "late", 4),
 	                 0);
-	pump(nd, 2, 4);
+	mn_pump(nd, 2, 4);
 	assert_int_equal(r.done, 1);
-	nodes_close(nd, 2);
+	mn_close(nd, 2);
 }
 
 struct chain {
@@ -615,16 +504,16 @@ static void chain_first(farm_loop *loop, void *ctx, int status,
 static void test_call_in_pass_deadline(void **state)
 {
 	(void)state;
-	struct node nd[3];
+	struct mn_node nd[3];
 	farm_msg_attr a = {0};
-	nodes_open(nd, 3, &a);
+	mn_open(nd, 3, &a);
 	struct chain ch = {0};
 	assert_int_equal(farm_msg_call(nd[0].loop, 1, 0, T_ECHO, "x", 1, 0,
 	                               chain_first, &ch),
 	                 0);
 	uint64_t until = farm_now_ns() + 2000000000ull;
 	while (farm_now_ns() < until && !ch.second.done)
-		pump(nd, 3, 1);
+		mn_pump(nd, 3, 1);
 	assert_int_equal(ch.first.done, 1);
 	assert_int_equal(ch.first.status, 0);
 	assert_int_equal(ch.rc, 0);
@@ -632,23 +521,23 @@ static void test_call_in_pass_deadline(void **state)
 	assert_int_equal(ch.second.status, -ETIMEDOUT);
 	assert_true(ch.ended - ch.issued >= 20000000ull);
 	assert_true(nd[2].has_deferred);
-	nodes_close(nd, 3);
+	mn_close(nd, 3);
 }
 
 /* Garbage in one live ring breaks that channel only. */
 static void test_corrupt_ring(void **state)
 {
 	(void)state;
-	struct node nd[3];
+	struct mn_node nd[3];
 	farm_msg_attr a = {.ring_size = 8192};
-	nodes_open(nd, 3, &a);
+	mn_open(nd, 3, &a);
 	uint8_t buf[64] = {0};
 	for (uint64_t s = 0; s < 10; s++) {
 		memcpy(buf, &s, 8);
 		assert_int_equal(
 		        farm_msg_send(nd[0].loop, 2, 0, T_COUNT, buf, 64), 0);
 	}
-	pump(nd, 3, 3);
+	mn_pump(nd, 3, 3);
 	assert_int_equal(nd[2].count, 10);
 	uint32_t size;
 	uint64_t head;
@@ -668,15 +557,15 @@ static void test_corrupt_ring(void **state)
 		memcpy(buf, &q, 8);
 		assert_int_equal(
 		        farm_msg_send(nd[1].loop, 2, 0, T_COUNT, buf, 64), 0);
-		pump(nd, 3, 1);
+		mn_pump(nd, 3, 1);
 	}
 	assert_int_equal(nd[2].count, 20);
 	assert_int_equal(nd[2].bad_seq, 0);
 	/* what machine 0 sends now is not read */
 	assert_int_equal(farm_msg_send(nd[0].loop, 2, 0, T_COUNT, buf, 64), 0);
-	pump(nd, 3, 3);
+	mn_pump(nd, 3, 3);
 	assert_int_equal(nd[2].count, 20);
-	nodes_close(nd, 3);
+	mn_close(nd, 3);
 }
 
 /* Frames stamped with a configuration older than the receiver accepts
@@ -686,9 +575,9 @@ static void test_corrupt_ring(void **state)
 static void test_config_refused(void **state)
 {
 	(void)state;
-	struct node nd[3];
+	struct mn_node nd[3];
 	farm_msg_attr a = {.ring_size = 8192};
-	nodes_open(nd, 3, &a);
+	mn_open(nd, 3, &a);
 	uint8_t buf[64] = {0};
 	assert_int_equal(farm_msg_peer_min_config(nd[2].msg, 2, 1), -EINVAL);
 	assert_int_equal(farm_msg_peer_min_config(NULL, 0, 1), -EINVAL);
@@ -698,9 +587,9 @@ static void test_config_refused(void **state)
 		memcpy(buf, &q, 8);
 		assert_int_equal(
 		        farm_msg_send(nd[0].loop, 2, 0, T_COUNT, buf, 64), 0);
-		pump(nd, 3, 1);
+		mn_pump(nd, 3, 1);
 	}
-	pump(nd, 3, 3);
+	mn_pump(nd, 3, 3);
 	farm_msg_stats s;
 	farm_msg_stats_get(NULL, nd[2].loop, &s);
 	assert_int_equal(nd[2].count, 0);
@@ -711,7 +600,7 @@ static void test_config_refused(void **state)
 		memcpy(buf, &q, 8);
 		assert_int_equal(
 		        farm_msg_send(nd[1].loop, 2, 0, T_COUNT, buf, 64), 0);
-		pump(nd, 3, 1);
+		mn_pump(nd, 3, 1);
 	}
 	assert_int_equal(nd[2].count, 10);
 	/* Stamped with the configuration that took it in: delivered. */
@@ -722,7 +611,7 @@ static void test_config_refused(void **state)
 		memcpy(buf, &q, 8);
 		assert_int_equal(
 		        farm_msg_send(nd[0].loop, 2, 0, T_COUNT, buf, 64), 0);
-		pump(nd, 3, 1);
+		mn_pump(nd, 3, 1);
 	}
 	assert_int_equal(nd[2].count, 10);
 	assert_int_equal(nd[2].bad_seq, 0);
@@ -731,13 +620,13 @@ static void test_config_refused(void **state)
 	assert_int_equal(farm_msg_set_config(nd[0].msg, 9), 0);
 	uint64_t before = s.refused_config;
 	assert_int_equal(farm_msg_send(nd[0].loop, 2, 0, T_COUNT, buf, 64), 0);
-	pump(nd, 3, 3);
+	mn_pump(nd, 3, 3);
 	farm_msg_stats_get(NULL, nd[2].loop, &s);
 	assert_int_equal(nd[2].count, 10);
 	assert_true(s.refused_config > before);
 	assert_int_equal(farm_msg_send(nd[2].loop, 0, 0, T_COUNT, buf, 64),
 	                 FARM_EPEERDEAD);
-	nodes_close(nd, 3);
+	mn_close(nd, 3);
 }
 
 /* Continuations and work items run on the loop's own thread. */
@@ -799,7 +688,7 @@ static void test_cont_thread(void **state)
 	farm_msg *m0, *m1;
 	assert_int_equal(farm_msg_create(f0, &a0, &m0), 0);
 	assert_int_equal(farm_msg_create(f1, &a1, &m1), 0);
-	assert_int_equal(farm_msg_handle(m1, T_ECHO, h_echo, NULL), 0);
+	assert_int_equal(farm_msg_handle(m1, T_ECHO, mn_h_echo, NULL), 0);
 	char addr[256];
 	farm_mr_desc d;
 	assert_true(farm_fabric_address(f1, addr, sizeof(addr)) > 0);
@@ -858,9 +747,9 @@ static void *poster(void *arg)
 static void test_post_wakes(void **state)
 {
 	(void)state;
-	struct node nd[1];
+	struct mn_node nd[1];
 	farm_msg_attr a = {.park_after_ns = 1000};
-	nodes_open(nd, 1, &a);
+	mn_open(nd, 1, &a);
 	struct post_ctx p = {0};
 	void *args[2] = {nd[0].loop, &p};
 	pthread_t th;
@@ -879,7 +768,7 @@ static void test_post_wakes(void **state)
 	assert_int_equal(q.ran, 1);
 	assert_int_equal(q.status, -ECANCELED);
 	assert_int_equal(farm_loop_open(nd[0].msg, 0, &nd[0].loop), 0);
-	nodes_close(nd, 1);
+	mn_close(nd, 1);
 }
 
 /* farm_loop_defer: items run in order at the start of the next pass,
@@ -932,9 +821,9 @@ static bool defer_pending(farm_loop *loop, void *ctx)
 static void test_defer(void **state)
 {
 	(void)state;
-	struct node nd[1];
+	struct mn_node nd[1];
 	farm_msg_attr a = {.park_after_ns = 1000};
-	nodes_open(nd, 1, &a);
+	mn_open(nd, 1, &a);
 	struct defer_rec r = {.loop = nd[0].loop};
 	DR = &r;
 	assert_int_equal(farm_loop_defer(NULL, defer_fn, NULL), -EINVAL);
@@ -974,340 +863,7 @@ static void test_defer(void **state)
 	assert_int_equal(r.order[4], 4);
 	assert_int_equal(r.status[4], -ECANCELED);
 	assert_int_equal(farm_loop_open(nd[0].msg, 0, &nd[0].loop), 0);
-	nodes_close(nd, 1);
-}
-
-struct op_res {
-	int done, status;
-};
-
-static void op_cont(farm_loop *loop, void *ctx, int status)
-{
-	(void)loop;
-	struct op_res *r = ctx;
-	r->status = status;
-	r->done++;
-}
-
-struct poll_ctx {
-	volatile uint64_t *word; /* memory a peer WRITEs into */
-	uint64_t seen;
-	unsigned polls, pendings;
-};
-
-static int test_poll(farm_loop *loop, void *ctx)
-{
-	(void)loop;
-	struct poll_ctx *p = ctx;
-	p->polls++;
-	uint64_t v = *p->word;
-	if (v != p->seen) {
-		__atomic_store_n(&p->seen, v, __ATOMIC_RELEASE);
-		return 1;
-	}
-	return 0;
-}
-
-static void *run_loop(void *arg)
-{
-	farm_loop_run(arg);
-	return NULL;
-}
-
-static bool test_pending(farm_loop *loop, void *ctx)
-{
-	(void)loop;
-	struct poll_ctx *p = ctx;
-	p->pendings++;
-	return *p->word != p->seen;
-}
-
-/* One-sided operations through a loop complete on it with their status;
- * a poller sees a WRITE made with farm_loop_rdma_wake even when its loop
- * parks; closing cancels what is outstanding. */
-static void test_loop_rdma(void **state)
-{
-	(void)state;
-	struct node nd[2];
-	farm_msg_attr a = {.park_after_ns = 1000};
-	nodes_open(nd, 2, &a);
-	farm_mem *mem;
-	farm_mr *mr;
-	farm_mr_desc d;
-	remote_mem(&nd[1], &mem, &mr, &d);
-	static uint64_t buf[8];
-	farm_mr *lmr;
-	assert_int_equal(farm_mr_reg(nd[0].fab, buf, sizeof(buf),
-	                             FARM_ACCESS_LOCAL, &lmr),
-	                 0);
-	/* WRITE, READ back, CAS. */
-	buf[0] = 0x1122334455667788ull;
-	struct op_res r = {0};
-	farm_wr w = farm_wr_write(0, &buf[0], lmr, 8, &d, 64);
-	assert_int_equal(farm_loop_rdma(nd[0].loop, 1, &w, op_cont, &r), 0);
-	assert_int_equal(farm_loop_wait(nd[0].loop, &r.done, 2000000000ull), 0);
-	assert_int_equal(r.status, 0);
-	assert_int_equal(r.done, 1);
-	r = (struct op_res){0};
-	farm_wr rd = farm_wr_read(0, &buf[1], lmr, 8, &d, 64);
-	assert_int_equal(farm_loop_rdma(nd[0].loop, 1, &rd, op_cont, &r), 0);
-	assert_int_equal(farm_loop_wait(nd[0].loop, &r.done, 2000000000ull), 0);
-	assert_int_equal(buf[1], buf[0]);
-	r = (struct op_res){0};
-	farm_wr c = farm_wr_cas(0, &buf[2], lmr, &d, 64, buf[0], 7);
-	assert_int_equal(farm_loop_rdma(nd[0].loop, 1, &c, op_cont, &r), 0);
-	assert_int_equal(farm_loop_wait(nd[0].loop, &r.done, 2000000000ull), 0);
-	assert_int_equal(buf[2], buf[0]);
-	assert_int_equal(*(uint64_t *)((uint8_t *)farm_mem_addr(mem) + 64), 7);
-	/* Out of the registration: the error comes back as the status. */
-	r = (struct op_res){0};
-	farm_wr bad = farm_wr_read(0, &buf[1], lmr, 8, &d, 1 << 16);
-	assert_int_equal(farm_loop_rdma(nd[0].loop, 1, &bad, op_cont, &r), 0);
-	assert_int_equal(farm_loop_wait(nd[0].loop, &r.done, 2000000000ull), 0);
-	assert_int_equal(r.status, FARM_EREMOTE_ACCESS);
-	/* Bad arguments. */
-	assert_int_equal(farm_loop_rdma(nd[0].loop, 0, &rd, op_cont, &r),
-	                 -EINVAL);
-	assert_int_equal(farm_loop_rdma(nd[0].loop, 9, &rd, op_cont, &r),
-	                 -ENOENT);
-	assert_int_equal(
-	        farm_loop_rdma_wake(nd[0].loop, 1, 5, &rd, op_cont, &r),
-	        -EINVAL);
-
-	/* A poller on machine 1's loop, run by its own thread and parking
-	 * after 1 us idle, sees 200 WRITEs, each made with a wake-up once
-	 * the loop has parked; the writer waits for each to be seen, so a
-	 * lost wake-up stalls it for the loop's longest park (200 ms). None
-	 * may take over 150 ms. Without the doorbell every one does; with a
-	 * doorbell that does not clear the park word (the race between the
-	 * loop's last check and its sleep) some do when the host is busy:
-	 * 2 of 3 runs failed so, with two CPU hogs running. */
-	struct poll_ctx pc = {
-	        .word = (volatile uint64_t *)((uint8_t *)farm_mem_addr(mem) +
-	                                      128)};
-	assert_int_equal(
-	        farm_loop_add_poller(nd[1].loop, test_poll, test_pending, &pc),
-	        0);
-	pthread_t th;
-	assert_int_equal(pthread_create(&th, NULL, run_loop, nd[1].loop), 0);
-	uint64_t t0 = farm_now_ns();
-	uint64_t parks = 0;
-	unsigned slow = 0;
-	for (uint64_t i = 1; i <= 200; i++) {
-		/* Write only once machine 1 has parked again. */
-		farm_msg_stats ps;
-		do {
-			farm_msg_stats_get(nd[1].msg, NULL, &ps);
-		} while (ps.parks == parks &&
-		         farm_now_ns() - t0 < 10000000000ull);
-		parks = ps.parks;
-		buf[3] = i;
-		r = (struct op_res){0};
-		farm_wr ww = farm_wr_write(0, &buf[3], lmr, 8, &d, 128);
-		assert_int_equal(
-		        farm_loop_rdma_wake(nd[0].loop, 1, 0, &ww, op_cont, &r),
-		        0);
-		assert_int_equal(
-		        farm_loop_wait(nd[0].loop, &r.done, 2000000000ull), 0);
-		uint64_t w0 = farm_now_ns();
-		while (__atomic_load_n(&pc.seen, __ATOMIC_ACQUIRE) != i &&
-		       farm_now_ns() - t0 < 10000000000ull)
-			farm_cpu_relax();
-		/* A lost wake-up leaves the loop asleep until its park times
-		 * out (200 ms); a delivered one takes micro- to milliseconds.
-		 */
-		if (farm_now_ns() - w0 > 150000000ull)
-			slow++;
-	}
-	uint64_t took = farm_now_ns() - t0;
-	farm_loop_stop(nd[1].loop);
-	pthread_join(th, NULL);
-	farm_msg_stats st;
-	farm_msg_stats_get(nd[1].msg, nd[1].loop, &st);
-	printf("200 wake-up WRITEs seen in %.1f ms; machine 1 parked %" PRIu64
-	       " times; %u waits over 150 ms\n",
-	       took / 1e6, st.parks, slow);
-	assert_int_equal(pc.seen, 200);
-	assert_int_equal(slow, 0);
-	assert_true(took < 10000000000ull);
-	assert_true(st.parks >= 200);
-	assert_true(pc.pendings > 0);
-
-	/* Closing with an operation outstanding cancels it. */
-	r = (struct op_res){0};
-	assert_int_equal(farm_loop_rdma(nd[0].loop, 1, &rd, op_cont, &r), 0);
-	farm_loop_close(nd[0].loop);
-	assert_int_equal(r.done, 1);
-	assert_int_equal(r.status, -ECANCELED);
-	assert_int_equal(farm_loop_open(nd[0].msg, 0, &nd[0].loop), 0);
-	farm_mr_dereg(lmr);
-	farm_mr_dereg(mr);
-	farm_mem_free(mem);
-	nodes_close(nd, 2);
-}
-
-struct batch_res {
-	int done, status;
-	unsigned left;
-};
-
-static void batch_cont(farm_loop *loop, void *ctx, int status)
-{
-	(void)loop;
-	struct batch_res *r = ctx;
-	if (status && !r->status)
-		r->status = status;
-	if (--r->left == 0)
-		r->done = 1;
-}
-
-static uint64_t udp_datagrams(farm_fabric *fab)
-{
-	struct farm_udp_stats st;
-	return farm_udp_stats(fab, &st) ? 0 : st.tx_pkts;
-}
-
-/* 16 READs of remote words 1000 + i issued between passes, then a WRITE of
- * 77 over the first word, then a READ of it: returns the datagrams machine
- * 0 sent for them (udp; 0 elsewhere). */
-static uint64_t batch_round(struct node *nd, uint64_t *remote,
-                            const farm_mr_desc *d, farm_mr *lmr, uint64_t *buf)
-{
-	for (unsigned i = 0; i < 16; i++)
-		remote[i * 8] = 1000 + i;
-	memset(buf, 0, 18 * sizeof(*buf));
-	struct batch_res r = {.left = 18};
-	uint64_t tx0 = udp_datagrams(nd[0].fab);
-	for (unsigned i = 0; i < 16; i++) {
-		farm_wr rd = farm_wr_read(0, &buf[i], lmr, 8, d, i * 64);
-		assert_int_equal(
-		        farm_loop_rdma(nd[0].loop, 1, &rd, batch_cont, &r), 0);
-	}
-	buf[16] = 77;
-	farm_wr w = farm_wr_write(0, &buf[16], lmr, 8, d, 0);
-	assert_int_equal(farm_loop_rdma(nd[0].loop, 1, &w, batch_cont, &r), 0);
-	farm_wr rd = farm_wr_read(0, &buf[17], lmr, 8, d, 0);
-	assert_int_equal(farm_loop_rdma(nd[0].loop, 1, &rd, batch_cont, &r), 0);
-	assert_int_equal(farm_loop_wait(nd[0].loop, &r.done, 5000000000ull), 0);
-	assert_int_equal(r.status, 0);
-	for (unsigned i = 1; i < 16; i++)
-		assert_int_equal(buf[i], 1000 + i);
-	assert_int_equal(buf[17], 77);
-	return udp_datagrams(nd[0].fab) - tx0;
-}
-
-/* The READs a loop issues to one machine before its next pass are posted
- * as one list (on udp: records of a few datagrams, not one each), and a
- * WRITE issued after them still executes after them: the endpoint's order
- * is the order of the calls. The break (a test build's knob: the WRITE no
- * longer posts the batched READs first) lets it overtake them. */
-static void test_loop_rdma_batch(void **state)
-{
-	(void)state;
-	struct node nd[2];
-	farm_msg_attr a = {0};
-	nodes_open(nd, 2, &a);
-	bool udp = strcmp(farm_fabric_provider(nd[0].fab), "udp") == 0;
-	farm_mem *mem;
-	farm_mr *mr, *lmr;
-	farm_mr_desc d;
-	remote_mem(&nd[1], &mem, &mr, &d);
-	uint64_t *remote = farm_mem_addr(mem);
-	static uint64_t buf[18];
-	assert_int_equal(farm_mr_reg(nd[0].fab, buf, sizeof(buf),
-	                             FARM_ACCESS_LOCAL, &lmr),
-	                 0);
-	uint64_t dg = batch_round(nd, remote, &d, lmr, buf);
-	printf("16 READs, a WRITE and a READ: %" PRIu64 " datagrams (%s)\n", dg,
-	       farm_fabric_provider(nd[0].fab));
-	assert_int_equal(buf[0], 1000); /* read before the WRITE */
-	if (udp)
-		assert_true(dg < 16);
-	int was = farm_msg_testing_unordered_batch(1);
-	if (was != -ENOTSUP) {
-		(void)batch_round(nd, remote, &d, lmr, buf);
-		(void)farm_msg_testing_unordered_batch(0);
-		/* Only udp batches: there the WRITE went first. */
-		printf("unordered: the first READ found %" PRIu64 "\n", buf[0]);
-		assert_int_equal(buf[0], udp ? 77 : 1000);
-	}
-	farm_mr_dereg(lmr);
-	farm_mr_dereg(mr);
-	farm_mem_free(mem);
-	nodes_close(nd, 2);
-}
-
-/* farm_loop_rdma_reads: a list of READs (more than one post's 64) each
- * completes once with its own context and the word it read; a list with
- * a request that is not a READ posts nothing; a READ that fails in a list
- * fails alone or with those behind it (FARM_EFLUSHED), and the next list
- * goes through a fresh endpoint. */
-#define NREADS 200u
-static void test_loop_rdma_reads(void **state)
-{
-	(void)state;
-	struct node nd[2];
-	farm_msg_attr a = {0};
-	nodes_open(nd, 2, &a);
-	farm_mem *mem;
-	farm_mr *mr, *lmr;
-	farm_mr_desc d;
-	remote_mem(&nd[1], &mem, &mr, &d);
-	uint64_t *remote = farm_mem_addr(mem);
-	for (unsigned i = 0; i < NREADS; i++)
-		remote[i] = 5000 + i;
-	static uint64_t buf[NREADS];
-	assert_int_equal(farm_mr_reg(nd[0].fab, buf, sizeof(buf),
-	                             FARM_ACCESS_LOCAL, &lmr),
-	                 0);
-	static farm_wr wrs[NREADS];
-	static struct op_res res[NREADS];
-	static void *ctxs[NREADS];
-	for (unsigned round = 0; round < 3; round++) {
-		memset(buf, 0, sizeof(buf));
-		memset(res, 0, sizeof(res));
-		for (unsigned i = 0; i < NREADS; i++) {
-			/* Round 1: READ 50 reads past the registration. */
-			uint64_t off = round == 1 && i == 50 ? 1 << 16 : 8 * i;
-			wrs[i] = farm_wr_read(0, &buf[i], lmr, 8, &d, off);
-			ctxs[i] = &res[i];
-		}
-		unsigned posted = 7;
-		if (round == 0) { /* a WRITE in the list: nothing posted */
-			wrs[3].opcode = FARM_WR_WRITE;
-			assert_int_equal(
-			        farm_loop_rdma_reads(nd[0].loop, 1, wrs, NREADS,
-			                             op_cont, ctxs, &posted),
-			        -EINVAL);
-			assert_int_equal(posted, 0);
-			wrs[3].opcode = FARM_WR_READ;
-		}
-		assert_int_equal(farm_loop_rdma_reads(nd[0].loop, 1, wrs,
-		                                      NREADS, op_cont, ctxs,
-		                                      &posted),
-		                 0);
-		assert_int_equal(posted, NREADS);
-		for (unsigned i = 0; i < NREADS; i++) {
-			assert_int_equal(farm_loop_wait(nd[0].loop,
-			                                &res[i].done,
-			                                2000000000ull),
-			                 0);
-			assert_int_equal(res[i].done, 1);
-			if (round == 1 && i == 50) {
-				assert_int_equal(res[i].status,
-				                 FARM_EREMOTE_ACCESS);
-			} else if (round == 1 && i > 50 && res[i].status) {
-				assert_int_equal(res[i].status, FARM_EFLUSHED);
-			} else {
-				assert_int_equal(res[i].status, 0);
-				assert_int_equal(buf[i], 5000 + i);
-			}
-		}
-	}
-	farm_mr_dereg(lmr);
-	farm_mr_dereg(mr);
-	farm_mem_free(mem);
-	nodes_close(nd, 2);
+	mn_close(nd, 1);
 }
 
 /* A connect nobody answers (udp: every datagram dropped) is not a death:
@@ -1322,9 +878,9 @@ static void test_connect_timeout(void **state)
 		skip(); /* shm and ofi tell a dead peer from a slow one */
 	/* The connect bound is the smaller of 2 s and the death bound. */
 	setenv("FARM_UDP_TIMEOUT_MS", "300", 1);
-	struct node nd[2];
+	struct mn_node nd[2];
 	farm_msg_attr a = {0};
-	nodes_open(nd, 2, &a);
+	mn_open(nd, 2, &a);
 	unsetenv("FARM_UDP_TIMEOUT_MS");
 	struct rpc_res r = {0};
 	farm_udp_testing_set(FARM_UDP_KNOB_DROP, 1000);
@@ -1337,15 +893,15 @@ static void test_connect_timeout(void **state)
 	while (rc == -ETIMEDOUT && farm_now_ns() < until) {
 		rc = farm_msg_call(nd[0].loop, 1, 0, T_ECHO, "x", 2, 0,
 		                   rpc_cont, &r);
-		pump(nd, 2, 1);
+		mn_pump(nd, 2, 1);
 	}
 	assert_int_equal(rc, 0);
 	while (!r.done && farm_now_ns() < until)
-		pump(nd, 2, 1);
+		mn_pump(nd, 2, 1);
 	assert_int_equal(r.done, 1);
 	assert_int_equal(r.status, 0);
 	assert_string_equal((char *)r.buf, "x");
-	nodes_close(nd, 2);
+	mn_close(nd, 2);
 }
 
 /* argv[1], if given: run only the tests it names (a cmocka pattern). */
@@ -1379,9 +935,6 @@ int main(int argc, char **argv)
 	        cmocka_unit_test(test_cont_thread),
 	        cmocka_unit_test(test_post_wakes),
 	        cmocka_unit_test(test_defer),
-	        cmocka_unit_test(test_loop_rdma),
-	        cmocka_unit_test(test_loop_rdma_batch),
-	        cmocka_unit_test(test_loop_rdma_reads),
 	        cmocka_unit_test(test_connect_timeout),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
