@@ -494,7 +494,7 @@ int main(int argc, char **argv)
 	int fds[2];
 	if (pipe(fds))
 		return 1;
-	pid_t pid = fork();
+	pid_t pid = tu_fork();
 	if (pid < 0)
 		return 1;
 	if (pid == 0) {

@@ -666,7 +666,7 @@ static void test_sigstop(void **state)
 	int up[2], down[2];
 	assert_int_equal(pipe(up), 0);
 	assert_int_equal(pipe(down), 0);
-	pid_t pid = fork();
+	pid_t pid = tu_fork();
 	assert_true(pid >= 0);
 	if (pid == 0) {
 		struct obs o;

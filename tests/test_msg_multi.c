@@ -15,7 +15,6 @@
 
 #include <inttypes.h>
 #include <pthread.h>
-#include <sys/prctl.h>
 #include <poll.h>
 #include <sys/eventfd.h>
 #include <sys/resource.h>
@@ -54,7 +53,6 @@ static int child_main(uint32_t me, const char *dir, const farm_msg_attr *attr,
                       int in, int out, role_fn role,
                       int (*setup)(struct child *))
 {
-	prctl(PR_SET_PDEATHSIG, SIGKILL);
 	struct child c = {.me = me, .in = in, .out = out};
 	c.fab = tu_open(me, dir);
 	if (!c.fab || farm_msg_create(c.fab, attr, &c.msg))
@@ -88,8 +86,7 @@ static void start(struct mproc *p, const farm_msg_attr *attr, role_fn role,
 		tu_tmpdir(p[i].dir, sizeof(p[i].dir), "mm");
 		assert_int_equal(pipe(down), 0);
 		assert_int_equal(pipe(up), 0);
-		fflush(NULL);
-		pid_t pid = fork();
+		pid_t pid = tu_fork();
 		assert_true(pid >= 0);
 		if (pid == 0) {
 			close(down[1]);

@@ -40,7 +40,6 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
-#include <sys/prctl.h>
 #include <sys/socket.h>
 
 #include <rdma/fabric.h>
@@ -97,12 +96,10 @@ static farm_fabric *open_fab(unsigned role, uint32_t id, const char *dir)
 /* Fork a child in role @role's namespace running @fn(@arg); *@pid. */
 static int spawn(unsigned role, int (*fn)(void *), void *arg, pid_t *pid)
 {
-	fflush(NULL);
-	*pid = fork();
+	*pid = tu_fork();
 	if (*pid < 0)
 		return -errno;
 	if (*pid == 0) {
-		prctl(PR_SET_PDEATHSIG, SIGKILL);
 		const int sigs[] = {SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGABRT};
 		for (size_t k = 0; k < sizeof(sigs) / sizeof(sigs[0]); k++)
 			signal(sigs[k], SIG_DFL);

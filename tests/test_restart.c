@@ -1366,7 +1366,7 @@ static void test_stale(void **state)
 	snprintf(dir, sizeof(dir), "%s/m0", dd_root);
 	int fds[2];
 	assert_int_equal(pipe(fds), 0);
-	pid_t pid = fork();
+	pid_t pid = tu_fork();
 	assert_true(pid >= 0);
 	if (pid == 0) {
 		close(fds[0]);

@@ -181,7 +181,7 @@ static void test_ring_processes_agree(void **state)
 	pid_t pids[3];
 	for (int c = 0; c < 3; c++) {
 		assert_int_equal(pipe(fds[c]), 0);
-		pids[c] = fork();
+		pids[c] = tu_fork();
 		assert_true(pids[c] >= 0);
 		if (pids[c] == 0) {
 			uint64_t d = mapping_digest(orders[c], 5);

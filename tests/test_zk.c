@@ -185,8 +185,7 @@ static int spawn(struct child *k, uint32_t id)
 	int down[2], up[2];
 	if (pipe(down) || pipe(up))
 		return -errno;
-	fflush(NULL);
-	pid_t pid = fork();
+	pid_t pid = tu_fork();
 	if (pid < 0)
 		return -errno;
 	if (pid == 0) {
@@ -857,8 +856,7 @@ static void test_zk_reclaim(void **state)
 	snprintf(zk_root, sizeof(zk_root), "%.80s-reclaim", root);
 	int p[2];
 	assert_int_equal(pipe(p), 0);
-	fflush(NULL);
-	pid_t pid = fork();
+	pid_t pid = tu_fork();
 	assert_true(pid >= 0);
 	if (pid == 0) {
 		close(p[0]);

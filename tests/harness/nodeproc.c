@@ -30,8 +30,7 @@ void np_spawn_one(struct np_cluster *cl, uint32_t i, np_entry_fn entry,
 	int down[2], up[2];
 	assert_int_equal(pipe(down), 0);
 	assert_int_equal(pipe(up), 0);
-	fflush(NULL);
-	pid_t pid = fork();
+	pid_t pid = tu_fork();
 	assert_true(pid >= 0);
 	if (pid == 0) {
 		close(down[1]);
@@ -39,7 +38,6 @@ void np_spawn_one(struct np_cluster *cl, uint32_t i, np_entry_fn entry,
 		np_close_pipes(cl);
 		if (np_other != cl)
 			np_close_pipes(np_other);
-		prctl(PR_SET_PDEATHSIG, SIGKILL);
 		/* np_dump_stacks's gdb is this process's sibling, which
 		 * Yama's ptrace_scope 1 refuses unless this process allows
 		 * it (EINVAL without Yama: nothing to allow). */

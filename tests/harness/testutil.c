@@ -319,6 +319,18 @@ void failed(struct fails *f, const char *fmt, ...)
 	f->n++;
 }
 
+pid_t tu_fork(void)
+{
+	fflush(NULL);
+	pid_t parent = getpid();
+	pid_t pid = fork();
+	/* The parent may have died before the prctl: then it never fires. */
+	if (pid == 0 &&
+	    (prctl(PR_SET_PDEATHSIG, SIGKILL) || getppid() != parent))
+		_exit(1);
+	return pid;
+}
+
 int tu_spawn(struct tu_machine *m, uint32_t id, uint64_t rsize,
              tu_machine_fn fn, void *arg)
 {
@@ -330,19 +342,12 @@ int tu_spawn(struct tu_machine *m, uint32_t id, uint64_t rsize,
 	tu_tmpdir(m->dir, sizeof(m->dir), tag);
 	if (pipe(down) || pipe(up))
 		return -errno;
-	fflush(NULL);
-	pid_t parent = getpid();
-	pid_t pid = fork();
+	pid_t pid = tu_fork();
 	if (pid < 0)
 		return -errno;
 	if (pid == 0) {
 		close(down[1]);
 		close(up[0]);
-		/* Killed with the test: a target spinning in @fn outlived a
-		 * test process killed by ctest's timeout. The parent may have
-		 * died before the prctl. */
-		if (prctl(PR_SET_PDEATHSIG, SIGKILL) || getppid() != parent)
-			_exit(1);
 		int st = 1;
 		farm_fabric *fab = tu_open(id, m->dir);
 		farm_region *r = NULL;

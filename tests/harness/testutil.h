@@ -174,6 +174,15 @@ typedef int (*tu_machine_fn)(farm_fabric *fab, farm_region *r, int in, int out,
                              void *arg);
 
 /*
+ * fork() for a test's child process: stdio flushed first (no output
+ * twice), and the child killed with the test (a child spinning in a
+ * test's code outlived a test process killed by ctest's timeout). A child
+ * whose parent died before it asked for that exits at once. As fork():
+ * 0 in the child, its pid or -1 (errno) in the parent.
+ */
+pid_t tu_fork(void);
+
+/*
  * Fork machine @id with a region of @rsize bytes; the child opens its
  * fabric in a fresh directory, publishes (address, descriptor) to the
  * parent, then runs @fn (NULL: wait until the parent closes m->to), and
