@@ -634,8 +634,10 @@ static void test_death(void **state)
 	printf("death: call failed with %s %.2f ms after the kill\n",
 	       farm_strerror((int)res[0]), ms);
 	assert_int_equal(res[0], FARM_EPEERDEAD);
-	/* ofi: the provider's bound, set in main (FARM_OFI_TIMEOUT_MS). */
-	assert_true(ms < (tu_is_shm() ? 100.0 : 600.0));
+	/* Far below the call's 30 s deadline. shm: the pidfd watchdog's
+	 * wake-up, milliseconds on a quiet host, a few hundred at load 10
+	 * (383 ms seen); ofi: the provider's bound, set above (200 ms). */
+	assert_true(ms < (tu_is_shm() ? 1000.0 : 1500.0));
 	assert_int_equal(finish(&p[0]), 0);
 	assert_int_equal(finish(&p[1]), 128 + SIGKILL);
 	assert_int_equal(finish(&p[2]), 0);
