@@ -154,7 +154,13 @@ static inline int obj_check(const uint8_t *img, unsigned lines,
 	if (lines > farm_incarn_lines(w))
 		return -EINVAL;
 	uint16_t v16 = obj_v16(v & ~OBJ_LOCK_MASK);
-	for (unsigned l = 1; l < lines; l++) {
+	if (lines == 2) { /* the common small object: no loop */
+		uint16_t x;
+		memcpy(&x, img + 64u, 2);
+		if (x != v16 && !FARM_FAULT_SWITCH(FARM_FP_OBJ_NO_LINE_CHECK))
+			return -EAGAIN;
+	}
+	for (unsigned l = 1; l < lines && lines != 2; l++) {
 		uint16_t x;
 		memcpy(&x, img + 64u * l, 2);
 		if (x != v16 && !FARM_FAULT_SWITCH(FARM_FP_OBJ_NO_LINE_CHECK))

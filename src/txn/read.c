@@ -178,7 +178,7 @@ static void lf_done(struct rd_op *op);
  * first try, where a call's saves and restores showed), called through
  * rd_start everywhere else. */
 static inline __attribute__((always_inline)) void
-rd_start_inline(struct rd_op *op)
+rd_start_inline(struct rd_op *op, farm_op_fn cb)
 {
 	struct txloop *tl = op->tl;
 	farm_txm *m = tl->m;
@@ -211,11 +211,6 @@ rd_start_inline(struct rd_op *op)
 		return;
 	}
 	op->t0 = farm_cycles();
-	/* A lock-free read of one object completes in lf_remote_done
-	 * (check and copy out in one callback); everything else in
-	 * rd_remote_done. */
-	farm_op_fn cb = op->done == lf_done && op->nel <= 1 ? lf_remote_done
-	                                                    : rd_remote_done;
 	if (!rc) {
 		/* The primary's descriptor is cached: one READ, posted here. */
 		farm_wr wr = farm_wr_read(0, op->img, tl->ar.mr, (uint32_t)len,
@@ -236,9 +231,14 @@ rd_start_inline(struct rd_op *op)
 	}
 }
 
+/* @cb: a lock-free read of one object completes in lf_remote_done
+ * (checks and copy out in one callback), everything else in
+ * rd_remote_done. */
 static void rd_start(struct rd_op *op)
 {
-	rd_start_inline(op);
+	rd_start_inline(op, op->done == lf_done && op->nel <= 1
+	                            ? lf_remote_done
+	                            : rd_remote_done);
 }
 
 /* A read record from the loop's free list (rd_put gives it back), only
@@ -382,7 +382,7 @@ int farm_lf_read(farm_txm *m, farm_loop *loop, farm_gaddr a, uint32_t size,
 		return rc;
 	op->lf = (struct lf_ctx){.buf = buf, .cont = cont, .ctx = ctx};
 	op->ep = farm_epoch_op_begin();
-	rd_start_inline(op);
+	rd_start_inline(op, lf_remote_done);
 	return 0;
 }
 
