@@ -12,7 +12,10 @@
  *   - the header locked exclusive: -EBUSY;
  *   - the header locked shared (a commit's lock before its install): the
  *     object, whole;
- *   - put back: the object, whole, and a wrong incarnation FARM_EFREED.
+ *   - put back: the object, whole, and a wrong incarnation FARM_EFREED;
+ *   - a two-line object (the common size, checked and copied out
+ *     without the loops) torn in line 1: -EBUSY;
+ *   - every READ slower than the bound (1 ns): -EBUSY, never 0.
  *
  * --broken: the line versions are not compared with the header's
  * (FARM_FP_OBJ_NO_LINE_CHECK): the torn cases alone, each of which must
@@ -28,6 +31,7 @@
 
 #define RSIZE ASNTX_RSIZE
 #define SIZE  200u /* 4 lines: 48 + 62 + 62 + 28 bytes */
+#define SMALL 64u  /* 2 lines: 48 + 16 bytes (the common object) */
 #define FILL  0x11
 #define NEWB  0x22
 
@@ -35,16 +39,19 @@ static bool Broken;
 
 struct obj {
 	farm_fatptr p;
+	uint32_t size;
 	unsigned prim;  /* index of its primary in C.m */
 	unsigned other; /* a machine that is not its primary */
 	uint8_t *h;     /* its lines at the primary */
 	uint8_t saved[64 * 4];
 };
 
-static void obj_make(struct obj *o)
+static void obj_make(struct obj *o, uint32_t size)
 {
 	assert_int_equal(obj_lines(SIZE), 4);
-	o->p = make_obj(0, SIZE, FILL);
+	assert_int_equal(obj_lines(SMALL), 2);
+	o->size = size;
+	o->p = make_obj(0, size, FILL);
 	o->prim = primary_of(o->p.addr) - 1;
 	o->other = (o->prim + 1) % 3;
 	o->h = farm_as_local_ptr(C.m[o->prim].as, o->p.addr, 64 * 4);
@@ -61,6 +68,7 @@ static void obj_put_back(struct obj *o)
  * and its data new, the header still the old one, unlocked. */
 static void obj_tear(struct obj *o, unsigned l)
 {
+	assert_true(l < obj_lines(o->size));
 	uint64_t v;
 	memcpy(&v, o->h, 8);
 	uint16_t nv = obj_v16(v + OBJ_VSTEP);
@@ -69,9 +77,9 @@ static void obj_tear(struct obj *o, unsigned l)
 }
 
 /* Whether @buf holds the committed object (every byte FILL). */
-static bool whole(const uint8_t *buf)
+static bool whole(const struct obj *o, const uint8_t *buf)
 {
-	for (unsigned i = 0; i < SIZE; i++)
+	for (unsigned i = 0; i < o->size; i++)
 		if (buf[i] != FILL)
 			return false;
 	return true;
@@ -80,8 +88,8 @@ static bool whole(const uint8_t *buf)
 /* The read of @o from machine @m: its status, @buf filled on 0. */
 static int read_from(const struct obj *o, unsigned m, uint8_t *buf)
 {
-	memset(buf, 0, SIZE);
-	return lf(m, o->p.addr, SIZE, o->p.incarnation, buf);
+	memset(buf, 0, o->size);
+	return lf(m, o->p.addr, o->size, o->p.incarnation, buf);
 }
 
 /* A torn object read from the primary and from another machine: -EBUSY
@@ -96,9 +104,9 @@ static void torn_case(struct obj *o, unsigned l)
 		obj_put_back(o);
 		printf("line %u torn, read %s: %s%s\n", l,
 		       k ? "remote" : "local", farm_strerror(rc),
-		       !rc && !whole(buf) ? " (torn object returned)" : "");
+		       !rc && !whole(o, buf) ? " (torn object returned)" : "");
 		if (Broken) {
-			if (rc || whole(buf))
+			if (rc || whole(o, buf))
 				fail_msg("--broken: line %u torn, %s read: %s, "
 				         "the torn object was not returned",
 				         l, k ? "remote" : "local",
@@ -113,21 +121,29 @@ static void test_torn(void **state)
 {
 	(void)state;
 	struct obj o;
-	obj_make(&o);
+	obj_make(&o, SIZE);
 	uint8_t buf[SIZE];
 	assert_int_equal(read_from(&o, o.other, buf), 0);
-	assert_true(whole(buf));
+	assert_true(whole(&o, buf));
 	torn_case(&o, 3);
 	torn_case(&o, 1);
 	assert_int_equal(read_from(&o, o.other, buf), 0);
-	assert_true(whole(buf));
+	assert_true(whole(&o, buf));
+	/* A two-line object: obj_check and obj_unpack's own path for it. */
+	struct obj s;
+	obj_make(&s, SMALL);
+	assert_int_equal(read_from(&s, s.other, buf), 0);
+	assert_true(whole(&s, buf));
+	torn_case(&s, 1);
+	assert_int_equal(read_from(&s, s.other, buf), 0);
+	assert_true(whole(&s, buf));
 }
 
 static void test_locked(void **state)
 {
 	(void)state;
 	struct obj o;
-	obj_make(&o);
+	obj_make(&o, SIZE);
 	uint8_t buf[SIZE];
 	uint64_t v;
 	memcpy(&v, o.h, 8);
@@ -145,12 +161,36 @@ static void test_locked(void **state)
 		rc = read_from(&o, from[k], buf);
 		obj_put_back(&o);
 		assert_int_equal(rc, 0);
-		assert_true(whole(buf));
+		assert_true(whole(&o, buf));
 	}
 	assert_int_equal(read_from(&o, o.other, buf), 0);
-	assert_true(whole(buf));
+	assert_true(whole(&o, buf));
 	assert_int_equal(lf(o.other, o.p.addr, SIZE, o.p.incarnation + 1, buf),
 	                 FARM_EFREED);
+}
+
+/* Every machine's bound 1 ns: every READ is slower than it. */
+static int bound_setup(void **state)
+{
+	asn_lf_bound_ns = 1;
+	int rc = asntx_setup(state);
+	asn_lf_bound_ns = 0;
+	return rc;
+}
+
+/* A READ slower than the bound (the object could have been committed
+ * 2^14 times meanwhile, its 16-bit line versions wrapped unseen) is
+ * retried, never returned: -EBUSY once the retries run out. A local
+ * copy has no bound. */
+static void test_bound(void **state)
+{
+	(void)state;
+	struct obj o;
+	obj_make(&o, SMALL);
+	uint8_t buf[SIZE];
+	assert_int_equal(read_from(&o, o.other, buf), -EBUSY);
+	assert_int_equal(read_from(&o, o.prim, buf), 0);
+	assert_true(whole(&o, buf));
 }
 
 int main(int argc, char **argv)
@@ -162,6 +202,8 @@ int main(int argc, char **argv)
 	        cmocka_unit_test_setup_teardown(test_torn, asntx_setup,
 	                                        asntx_teardown),
 	        cmocka_unit_test_setup_teardown(test_locked, asntx_setup,
+	                                        asntx_teardown),
+	        cmocka_unit_test_setup_teardown(test_bound, bound_setup,
 	                                        asntx_teardown),
 	};
 	const struct CMUnitTest broken_tests[] = {

@@ -181,6 +181,8 @@ static inline int arena_cls(size_t n)
 {
 	if (n <= 64)
 		return 0;
+	if (n <= 128)
+		return 1; /* a small object's two lines: no count */
 	int c = 64 - __builtin_clzll((unsigned long long)((n - 1) >> 6));
 	return c < NCLS ? c : -1;
 }

@@ -1,5 +1,7 @@
 #include "asnodes.h"
 
+uint64_t asn_lf_bound_ns;
+
 void asn_set_views(struct asn_cluster *c, uint64_t cid)
 {
 	for (unsigned i = 0; i < c->n; i++)
@@ -36,7 +38,8 @@ void asn_open_ids(struct asn_cluster *c, unsigned n, const uint32_t *ids,
 		                 0);
 		assert_int_equal(farm_galloc_create(x->as, x->msg, &x->ga), 0);
 		struct farm_txm_attr ta = {.log_size = 256u << 10,
-		                           .arena_size = 16u << 20};
+		                           .arena_size = 16u << 20,
+		                           .lf_bound_ns = asn_lf_bound_ns};
 		assert_int_equal(farm_txm_create(x->fab, x->msg, x->as, x->ga,
 		                                 &ta, &x->txm),
 		                 0);

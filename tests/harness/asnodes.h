@@ -31,6 +31,10 @@ struct asn_cluster {
 	uint32_t id[ASN_MAX]; /* machine ids (asn_open: 1..n) */
 };
 
+/* The machines' lock-free read bound (farm_txm_attr.lf_bound_ns) for
+ * the next asn_open*: 0 (the default) for the library's. */
+extern uint64_t asn_lf_bound_ns;
+
 /* Called on each machine's farm_msg before its loop opens. */
 typedef void (*asn_hook_fn)(struct asn *x, unsigned i);
 
