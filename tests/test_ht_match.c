@@ -13,6 +13,12 @@
  * keys by hash; queries are each slot's key, those keys with a byte
  * changed, and keys absent. The answer (the slot, its header) must be the
  * plain match's, every time.
+ *
+ * Also the shard a hash picks (farm_ht_shard_index: jump consistent
+ * hashing whose last step compares integers instead of dividing) against
+ * the paper's doubles alone, for random hashes and shard counts and for
+ * hashes built so that a step's products are equal (the case the
+ * integers leave to the doubles).
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -196,10 +202,96 @@ static void test_layouts(void **state)
 		}
 }
 
+#define JUMP_C 2862933555777941757ull
+
+/* Jump consistent hash as the paper computes it, every step in doubles. */
+static unsigned jump_ref(uint64_t key, unsigned n)
+{
+	int64_t b = -1, j = 0;
+	while (j < (int64_t)n) {
+		b = j;
+		key = key * JUMP_C + 1;
+		j = (int64_t)((double)(b + 1) * ((double)(1ll << 31) /
+		                                 (double)((key >> 33) + 1)));
+	}
+	return (unsigned)b;
+}
+
+/* The state before LCG state @k: the LCG run backwards (JUMP_C is
+ * odd, so it has an inverse modulo 2^64). */
+static uint64_t jump_back(uint64_t k)
+{
+	uint64_t inv = JUMP_C;
+	for (int i = 0; i < 6; i++)
+		inv *= 2 - JUMP_C * inv;
+	return (k - 1) * inv;
+}
+
+/* A hash whose step @step (1 or 2) has (b + 1) * 2^31 == n * (r + 1),
+ * b being @b, or 0 when none turned up in the tries. */
+static uint64_t jump_equal(unsigned n, unsigned b, unsigned step)
+{
+	uint64_t num = (uint64_t)(b + 1) << 31;
+	if (num % n || num / n > (1ull << 31))
+		return 0;
+	uint64_t r = num / n - 1;
+	for (int t = 0; t < 100000; t++) {
+		uint64_t ks = (r << 33) | (rnd() & ((1ull << 33) - 1));
+		uint64_t k0 = jump_back(ks);
+		if (step == 1)
+			return b == 0 ? k0 : 0;
+		/* step 2: the first step (state k0) must land on b */
+		if ((int64_t)((double)(1ll << 31) / (double)((k0 >> 33) + 1)) ==
+		    (int64_t)b)
+			return jump_back(k0);
+	}
+	return 0;
+}
+
+static void test_jump(void **state)
+{
+	(void)state;
+	static const unsigned big[] = {1000,           4096,     65535,
+	                               (1u << 20) - 1, 1u << 20, 3000000};
+	for (unsigned n = 1; n <= 300; n++)
+		for (int i = 0; i < 2000; i++) {
+			uint64_t k = rnd();
+			assert_int_equal(farm_ht_shard_index(k, n),
+			                 jump_ref(k, n));
+		}
+	for (unsigned x = 0; x < sizeof(big) / sizeof(big[0]); x++)
+		for (int i = 0; i < 20000; i++) {
+			uint64_t k = rnd();
+			assert_int_equal(farm_ht_shard_index(k, big[x]),
+			                 jump_ref(k, big[x]));
+		}
+	unsigned equal = 0;
+	/* n = 64, b = 48 is one whose doubles round below n: j = 63. */
+	for (unsigned n = 1; n <= 128; n += n < 64 ? 1 : 64)
+		for (unsigned step = 1; step <= 2; step++)
+			for (unsigned b = 0; b < n; b++) {
+				uint64_t k = jump_equal(n, b, step);
+				if (!k)
+					continue;
+				/* built right: that step's products are equal
+				 */
+				uint64_t ks = k * JUMP_C + 1;
+				if (step == 2)
+					ks = ks * JUMP_C + 1;
+				assert_true(((uint64_t)(b + 1) << 31) ==
+				            n * ((ks >> 33) + 1));
+				equal++;
+				assert_int_equal(farm_ht_shard_index(k, n),
+				                 jump_ref(k, n));
+			}
+	assert_true(equal >= 200);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 	        cmocka_unit_test(test_layouts),
+	        cmocka_unit_test(test_jump),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

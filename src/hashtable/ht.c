@@ -70,15 +70,39 @@ void farm_ht_hash_many(const uint8_t *const *keys, const uint32_t *klens,
 		out[i] = farm_ht_hash(keys[i], klens[i]);
 }
 
-/* Jump consistent hash (Lamping and Veach): shard of @key among @n. */
+/* Jump consistent hash (Lamping and Veach): shard of @key among @n. Each
+ * step draws r and jumps to j = (b + 1) * 2^31 / (r + 1), computed in
+ * doubles as the paper does (every machine must pick the same shard, so
+ * the result is exactly that computation's). The last step, whose j is
+ * n or more, needs no division: the doubles' two roundings move the
+ * quotient by at most 2^-51 of it, under 2^-31 while it is below 2n and
+ * n below 2^20, and an exact quotient other than n is at least
+ * 1 / (r + 1) >= 2^-31 from it; so j >= n exactly when (b + 1) * 2^31 >
+ * n * (r + 1) in integers, and on equality the doubles decide. A lookup's shard
+ * thus costs a division only for the steps that move it on (none for half the
+ * keys of 2 shards), not one more for the step that ends. test_ht_match checks
+ * it against the doubles alone, equal products included. */
+static double jump_j(int64_t b, uint64_t r1)
+{
+	return (double)(b + 1) * ((double)(1ll << 31) / (double)r1);
+}
+
 static unsigned jump(uint64_t key, unsigned n)
 {
 	int64_t b = -1, j = 0;
+	bool exact = n < (1u << 20);
 	while (j < (int64_t)n) {
 		b = j;
 		key = key * 2862933555777941757ull + 1;
-		j = (int64_t)((double)(b + 1) * ((double)(1ll << 31) /
-		                                 (double)((key >> 33) + 1)));
+		uint64_t r1 = (key >> 33) + 1;
+		if (exact) {
+			uint64_t lhs = (uint64_t)(b + 1) << 31, rhs = n * r1;
+			if (lhs > rhs)
+				break;
+			if (lhs == rhs && jump_j(b, r1) >= (double)n)
+				break;
+		}
+		j = (int64_t)jump_j(b, r1);
 	}
 	return (unsigned)b;
 }

@@ -27,10 +27,9 @@ uint32_t farm_ht_batch_bytes(const farm_ht *h)
 	return h ? 128u * h->bucket_lines : 0;
 }
 
-/* Stage 1 for key @k: hash (unless @hashed: the caller's k->hash),
- * home, where its pair is here, or a status that ends it now. */
-static void batch_addr(farm_ht *h, struct htloop *l, struct farm_ht_lkey *k,
-                       bool hashed)
+/* Stage 1 for key @k, hashed (k->hash): its home, where its pair is here,
+ * or a status that ends it now. */
+static void batch_addr(farm_ht *h, struct htloop *l, struct farm_ht_lkey *k)
 {
 	k->lp = NULL;
 	k->val = NULL;
@@ -39,8 +38,6 @@ static void batch_addr(farm_ht *h, struct htloop *l, struct farm_ht_lkey *k,
 	if (k->status)
 		return;
 	k->status = FARM_HT_UNRESOLVED;
-	if (!hashed)
-		k->hash = farm_ht_hash(k->key, k->klen);
 	const struct farm_ht_shard *sd = farm_ht_shard_of(h, k->hash, NULL);
 	if (!sd)
 		return;
@@ -51,6 +48,34 @@ static void batch_addr(farm_ht *h, struct htloop *l, struct farm_ht_lkey *k,
 	if (farm_as_resolve_cached(h->as, &l->rc, a, 2ull * bb, &lp, &d) || !lp)
 		return; /* another machine's: the full lookup reads it */
 	k->lp = lp;
+}
+
+/* Stage 1 for keys [@lo, @hi): each valid key hashed (unless @hashed:
+ * the caller's k->hash), four of one length at a time (farm_ht_hash_many:
+ * a key's FNV is a chain of dependent multiplies, and four chains share
+ * the multiplier's latency), then each key's pair found. */
+static void batch_stage1(farm_ht *h, struct htloop *l,
+                         struct farm_ht_lkey *keys, unsigned lo, unsigned hi,
+                         bool hashed)
+{
+	if (!hashed) {
+		const uint8_t *ks[FARM_HT_BATCH_GROUP] = {0};
+		uint32_t kl[FARM_HT_BATCH_GROUP] = {0};
+		uint64_t hs[FARM_HT_BATCH_GROUP];
+		uint8_t at[FARM_HT_BATCH_GROUP];
+		unsigned m = 0;
+		for (unsigned i = lo; i < hi; i++)
+			if (!farm_ht_check_key(keys[i].key, keys[i].klen)) {
+				ks[m] = keys[i].key;
+				kl[m] = keys[i].klen;
+				at[m++] = (uint8_t)(i - lo);
+			}
+		farm_ht_hash_many(ks, kl, m, hs);
+		for (unsigned j = 0; j < m; j++)
+			keys[lo + at[j]].hash = hs[j];
+	}
+	for (unsigned i = lo; i < hi; i++)
+		batch_addr(h, l, &keys[i]);
 }
 
 /* Stage 2: bucket @b (0: the home, 1: the next) of key @k's pair on its
@@ -223,8 +248,7 @@ static void batch_groups(farm_ht *h, struct htloop *l,
 	uint8_t *one = span <= sizeof(work) ? &work[0] : NULL;
 	const unsigned G = FARM_HT_BATCH_GROUP;
 	struct batch_pend pend = {0};
-	for (unsigned i = 0; i < n && i < G; i++)
-		batch_addr(h, l, &keys[i], hashed);
+	batch_stage1(h, l, keys, 0, n < G ? n : G, hashed);
 	for (unsigned g = 0; g < n; g += G) {
 		unsigned e = n - g < G ? n : g + G;
 		unsigned ne = n - e < G ? n : e + G;
@@ -233,8 +257,7 @@ static void batch_groups(farm_ht *h, struct htloop *l,
 				batch_prefetch(h, &keys[i], 0);
 		/* The next group's hashing while this group's misses are
 		 * in flight. */
-		for (unsigned i = e; i < ne; i++)
-			batch_addr(h, l, &keys[i], hashed);
+		batch_stage1(h, l, keys, e, ne, hashed);
 		/* The previous group's other buckets have had that time. */
 		batch_pend_run(h, l, keys, &pend, one, scratch, span);
 		for (unsigned i = g; i < e; i++) {
