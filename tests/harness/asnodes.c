@@ -104,7 +104,7 @@ void asn_pump(struct asn_cluster *c)
 void asn_wait(struct asn_cluster *c, const volatile int *flag)
 {
 	uint64_t t0 = farm_now_ns();
-	while (!*flag && farm_now_ns() - t0 < 10000000000ull)
+	while (!*flag && farm_now_ns() - t0 < 30000000000ull)
 		asn_pump(c);
 	assert_true(*flag);
 }

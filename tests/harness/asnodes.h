@@ -59,7 +59,8 @@ void asn_close(struct asn_cluster *c);
 void asn_pump(struct asn_cluster *c);
 
 /* Drive every loop until *@flag is set (bounded: fails the test after
- * 10 s). */
+ * 30 s; a read of a locked object alone retries 4,096 times, yielding
+ * the core each time, which a loaded host stretched past 10 s). */
 void asn_wait(struct asn_cluster *c, const volatile int *flag);
 
 #endif
