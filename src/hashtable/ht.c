@@ -74,14 +74,15 @@ void farm_ht_hash_many(const uint8_t *const *keys, const uint32_t *klens,
  * step draws r and jumps to j = (b + 1) * 2^31 / (r + 1), computed in
  * doubles as the paper does (every machine must pick the same shard, so
  * the result is exactly that computation's). The last step, whose j is
- * n or more, needs no division: the doubles' two roundings move the
- * quotient by at most 2^-51 of it, under 2^-31 while it is below 2n and
- * n below 2^20, and an exact quotient other than n is at least
- * 1 / (r + 1) >= 2^-31 from it; so j >= n exactly when (b + 1) * 2^31 >
- * n * (r + 1) in integers, and on equality the doubles decide. A lookup's shard
- * thus costs a division only for the steps that move it on (none for half the
- * keys of 2 shards), not one more for the step that ends. test_ht_match checks
- * it against the doubles alone, equal products included. */
+ * n or more, needs no division: the doubles' two roundings (half an ulp
+ * each) move the quotient by under 2^-52 of it, so under 2^-31 while it
+ * is below 2n and n below 2^20, and an exact quotient other than n is at
+ * least 1 / (r + 1) >= 2^-31 from it (r < 2^31); so j >= n exactly when
+ * (b + 1) * 2^31 > n * (r + 1) in integers, and on equality the doubles
+ * decide. A lookup's shard thus costs a division only for the steps that
+ * move it on (none for half the keys of 2 shards), not one more for the
+ * step that ends. test_ht_match checks it against the doubles alone,
+ * equal products included. */
 static double jump_j(int64_t b, uint64_t r1)
 {
 	return (double)(b + 1) * ((double)(1ll << 31) / (double)r1);
