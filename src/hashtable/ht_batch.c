@@ -27,16 +27,10 @@ uint32_t farm_ht_batch_bytes(const farm_ht *h)
 	return h ? 128u * h->bucket_lines : 0;
 }
 
-/* Stage 1 for key @k, hashed (k->hash): its home, where its pair is here,
- * or a status that ends it now. */
+/* Stage 1 for a valid key @k, hashed (k->hash): its home, where its pair
+ * is here, or a status that ends it now. */
 static void batch_addr(farm_ht *h, struct htloop *l, struct farm_ht_lkey *k)
 {
-	k->lp = NULL;
-	k->val = NULL;
-	k->vlen = 0;
-	k->status = farm_ht_check_key(k->key, k->klen);
-	if (k->status)
-		return;
 	k->status = FARM_HT_UNRESOLVED;
 	const struct farm_ht_shard *sd = farm_ht_shard_of(h, k->hash, NULL);
 	if (!sd)
@@ -58,24 +52,29 @@ static void batch_stage1(farm_ht *h, struct htloop *l,
                          struct farm_ht_lkey *keys, unsigned lo, unsigned hi,
                          bool hashed)
 {
-	if (!hashed) {
-		const uint8_t *ks[FARM_HT_BATCH_GROUP] = {0};
-		uint32_t kl[FARM_HT_BATCH_GROUP] = {0};
-		uint64_t hs[FARM_HT_BATCH_GROUP];
-		uint8_t at[FARM_HT_BATCH_GROUP];
-		unsigned m = 0;
-		for (unsigned i = lo; i < hi; i++)
-			if (!farm_ht_check_key(keys[i].key, keys[i].klen)) {
-				ks[m] = keys[i].key;
-				kl[m] = keys[i].klen;
-				at[m++] = (uint8_t)(i - lo);
-			}
-		farm_ht_hash_many(ks, kl, m, hs);
-		for (unsigned j = 0; j < m; j++)
-			keys[lo + at[j]].hash = hs[j];
+	const uint8_t *ks[FARM_HT_BATCH_GROUP] = {0};
+	uint32_t kl[FARM_HT_BATCH_GROUP] = {0};
+	uint64_t hs[FARM_HT_BATCH_GROUP];
+	uint8_t at[FARM_HT_BATCH_GROUP];
+	unsigned m = 0;
+	for (unsigned i = lo; i < hi; i++) { /* each key checked once */
+		struct farm_ht_lkey *k = &keys[i];
+		k->lp = NULL;
+		k->val = NULL;
+		k->vlen = 0;
+		k->status = farm_ht_check_key(k->key, k->klen);
+		if (!k->status && !hashed) {
+			ks[m] = k->key;
+			kl[m] = k->klen;
+			at[m++] = (uint8_t)(i - lo);
+		}
 	}
+	farm_ht_hash_many(ks, kl, m, hs);
+	for (unsigned j = 0; j < m; j++)
+		keys[lo + at[j]].hash = hs[j];
 	for (unsigned i = lo; i < hi; i++)
-		batch_addr(h, l, &keys[i]);
+		if (!keys[i].status)
+			batch_addr(h, l, &keys[i]);
 }
 
 /* Stage 2: bucket @b (0: the home, 1: the next) of key @k's pair on its

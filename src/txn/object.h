@@ -138,6 +138,14 @@ static inline void obj_pack(uint8_t *img, unsigned lines, const uint8_t *in,
  * not allocated or its incarnation count is not @want_incarn (UINT64_MAX:
  * any); -EINVAL when @lines runs past the object's recorded size.
  */
+/* Whether line @l of @img holds another version than @v16 (a torn copy). */
+static inline bool obj_line_stale(const uint8_t *img, unsigned l, uint16_t v16)
+{
+	uint16_t x;
+	memcpy(&x, img + 64u * l, 2);
+	return x != v16 && !FARM_FAULT_SWITCH(FARM_FP_OBJ_NO_LINE_CHECK);
+}
+
 static inline int obj_check(const uint8_t *img, unsigned lines,
                             uint64_t want_incarn, uint64_t *version,
                             uint64_t *incarn)
@@ -155,16 +163,12 @@ static inline int obj_check(const uint8_t *img, unsigned lines,
 		return -EINVAL;
 	uint16_t v16 = obj_v16(v & ~OBJ_LOCK_MASK);
 	if (lines == 2) { /* the common small object: no loop */
-		uint16_t x;
-		memcpy(&x, img + 64u, 2);
-		if (x != v16 && !FARM_FAULT_SWITCH(FARM_FP_OBJ_NO_LINE_CHECK))
+		if (obj_line_stale(img, 1, v16))
 			return -EAGAIN;
-	}
-	for (unsigned l = 1; l < lines && lines != 2; l++) {
-		uint16_t x;
-		memcpy(&x, img + 64u * l, 2);
-		if (x != v16 && !FARM_FAULT_SWITCH(FARM_FP_OBJ_NO_LINE_CHECK))
-			return -EAGAIN;
+	} else {
+		for (unsigned l = 1; l < lines; l++)
+			if (obj_line_stale(img, l, v16))
+				return -EAGAIN;
 	}
 	*version = v & ~OBJ_LOCK_MASK;
 	*incarn = w;

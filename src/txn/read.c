@@ -133,6 +133,8 @@ static bool rd_moved(const struct rd_op *op)
 	       op->cfg;
 }
 
+/* lf_remote_done makes these checks, and rd_remote_done's, inline for a
+ * lock-free read of one object: a check added here goes there too. */
 static void rd_check(struct rd_op *op)
 {
 	int rc = rd_validate(op);
