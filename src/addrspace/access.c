@@ -255,12 +255,7 @@ static int owner_of(farm_as *as, farm_gaddr a, uint32_t *machine)
 {
 	if (!farm_gaddr_valid(a, 0, as->region_size))
 		return -EINVAL;
-	pthread_rwlock_rdlock(&as->lock);
-	int rc = as->ring ? 0 : -ENOENT;
-	if (!rc)
-		*machine = farm_ring_primary(as->ring, farm_gaddr_region(a));
-	pthread_rwlock_unlock(&as->lock);
-	return rc;
+	return farm_as_primary_of(as, farm_gaddr_region(a), machine);
 }
 
 int farm_as_ship(farm_as *as, farm_loop *loop, farm_gaddr a, uint16_t type,

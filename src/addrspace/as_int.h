@@ -75,6 +75,10 @@ struct farm_as {
 	/* Bumped whenever a writer takes the lock: resolve caches
 	 * (farm_as_resolve_cached) trust entries of the current value. */
 	_Atomic uint64_t gen;
+	/* Unique among the address spaces this process ever made (never
+	 * reused, unlike the structure's address): farm_as_local_region's
+	 * per-thread answers are tagged with it. */
+	uint64_t serial;
 	/* Told of every local copy gained or dropped (farm_as_on_local). */
 	farm_as_local_fn on_local;
 	void *on_local_ctx;
@@ -97,6 +101,10 @@ struct farm_as {
 	unsigned ngiven, given_cap;
 	uint64_t demoted, displaced; /* counts, under lock */
 };
+
+/* The primary of @region (not 0) in the installed view, from this
+ * thread's answers when current (addrspace.c). 0; -ENOENT: no view. */
+int farm_as_primary_of(farm_as *as, uint32_t region, uint32_t *machine);
 
 static inline void tell_local(farm_as *as, uint32_t id, farm_region *r,
                               bool added)
