@@ -14,17 +14,6 @@
 #include "util/common.h"
 #include "util/log.h"
 
-void *farm_as_local_ptr(farm_as *as, farm_gaddr a, uint64_t len)
-{
-	if (!as || !farm_gaddr_valid(a, len, as->region_size))
-		return NULL;
-	enum farm_as_role role;
-	farm_region *r = farm_as_local_region(as, farm_gaddr_region(a), &role);
-	if (!r || role != FARM_AS_PRIMARY)
-		return NULL;
-	return (uint8_t *)farm_region_base(r) + farm_gaddr_offset(a);
-}
-
 int farm_as_resolve(farm_as *as, farm_gaddr a, uint64_t len, uint8_t **local,
                     farm_mr_desc *desc)
 {

@@ -347,6 +347,7 @@ struct lr_ent {
 	bool viewed; /* primary is the view's (false: no view yet) */
 	enum farm_as_role role;
 	farm_region *r;
+	uint8_t *base; /* r's memory */
 };
 static _Thread_local struct lr_ent lr_cache[LR_SLOTS];
 
@@ -358,6 +359,7 @@ static void region_locked(farm_as *as, uint32_t region, struct lr_ent *out)
 	if (e && (e->kind == E_PRIMARY || e->kind == E_BACKUP)) {
 		out->r = e->local;
 		out->role = (enum farm_as_role)e->kind;
+		out->base = farm_region_base(e->local);
 	}
 	if (as->ring) {
 		out->primary = farm_ring_primary(as->ring, region);
@@ -395,6 +397,18 @@ farm_region *farm_as_local_region(farm_as *as, uint32_t region,
 	if (role)
 		*role = c ? c->role : FARM_AS_NONE;
 	return c ? c->r : NULL;
+}
+
+/* Here, beside region_answer, so that its hit path is inline in the
+ * pointer's (a commit asks a dozen times an update). */
+void *farm_as_local_ptr(farm_as *as, farm_gaddr a, uint64_t len)
+{
+	if (!as || !farm_gaddr_valid(a, len, as->region_size))
+		return NULL;
+	const struct lr_ent *c = region_answer(as, farm_gaddr_region(a));
+	if (c->role != FARM_AS_PRIMARY)
+		return NULL;
+	return c->base + farm_gaddr_offset(a);
 }
 
 int farm_as_primary_of(farm_as *as, uint32_t region, uint32_t *machine)
