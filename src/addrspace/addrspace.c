@@ -369,7 +369,7 @@ static void region_locked(farm_as *as, uint32_t region, struct lr_ent *out)
 }
 
 /* This thread's current answer for @region (not 0) of @as. */
-static const struct lr_ent *region_answer(farm_as *as, uint32_t region)
+static inline const struct lr_ent *region_answer(farm_as *as, uint32_t region)
 {
 	/* Acquire: pairs with the release bump of gen in as_wrlock, which
 	 * every change of the table and the view takes before it changes
