@@ -771,6 +771,69 @@ static void test_post_wakes(void **state)
 	mn_close(nd, 1);
 }
 
+/* What a posted item saw when it ran: the one-way messages node 0 had
+ * taken by then. */
+struct seen_ctx {
+	struct mn_node *nd;
+	int ran;
+	uint64_t count_then;
+};
+
+static void seen_work(farm_loop *loop, void *ctx, int status)
+{
+	(void)loop;
+	(void)status;
+	struct seen_ctx *c = ctx;
+	c->ran++;
+	c->count_then = c->nd->count;
+}
+
+static void *seen_poster(void *arg)
+{
+	void **a = arg;
+	assert_int_equal(farm_loop_post(a[0], seen_work, a[1]), 0);
+	return NULL;
+}
+
+/*
+ * A loop's messages to itself skip the inbox (its own queue, no atomics)
+ * and still keep the order the inbox gave: among themselves, and after
+ * an item another thread queued before they were sent (posted, the
+ * poster joined, then three sent: the item runs first, seeing none of
+ * them). Closing the loop drops the ones still queued.
+ */
+static void test_self_order(void **state)
+{
+	(void)state;
+	struct mn_node nd[1];
+	farm_msg_attr a = {0};
+	mn_open(nd, 1, &a);
+	uint32_t me = farm_msg_machine_id(nd[0].msg);
+	struct seen_ctx c = {.nd = &nd[0]};
+	void *args[2] = {nd[0].loop, &c};
+	pthread_t th;
+	pthread_create(&th, NULL, seen_poster, args);
+	pthread_join(th, NULL);
+	for (uint64_t seq = 0; seq < 3; seq++)
+		assert_int_equal(farm_msg_send(nd[0].loop, me, 0, T_COUNT, &seq,
+		                               sizeof(seq)),
+		                 0);
+	assert_int_equal(nd[0].count, 0); /* never inline */
+	mn_pump(nd, 1, 1);
+	assert_int_equal(c.ran, 1);
+	assert_int_equal(c.count_then, 0);
+	assert_int_equal(nd[0].count, 3);
+	assert_int_equal(nd[0].bad_seq, 0);
+	uint64_t seq = 3;
+	assert_int_equal(
+	        farm_msg_send(nd[0].loop, me, 0, T_COUNT, &seq, sizeof(seq)),
+	        0);
+	farm_loop_close(nd[0].loop);
+	assert_int_equal(nd[0].count, 3);
+	assert_int_equal(farm_loop_open(nd[0].msg, 0, &nd[0].loop), 0);
+	mn_close(nd, 1);
+}
+
 /* farm_loop_defer: items run in order at the start of the next pass,
  * never inline; one deferred while they run waits for the pass after; a
  * pending item keeps the loop from parking (farm_loop_wait returns long
@@ -934,6 +997,7 @@ int main(int argc, char **argv)
 	        cmocka_unit_test(test_config_refused),
 	        cmocka_unit_test(test_cont_thread),
 	        cmocka_unit_test(test_post_wakes),
+	        cmocka_unit_test(test_self_order),
 	        cmocka_unit_test(test_defer),
 	        cmocka_unit_test(test_connect_timeout),
 	};

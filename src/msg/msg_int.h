@@ -280,8 +280,13 @@ struct farm_loop {
 	uint64_t idle_since;
 	uint64_t wake_at; /* farm_loop_wake_by: park no longer (0: none) */
 	_Atomic int stop;
-	bool polling;   /* inside farm_loop_poll: handlers may not re-enter */
-	bool unstamped; /* calls made in this pass await their deadline */
+	bool polling; /* inside farm_loop_poll: handlers may not re-enter */
+	/* Messages this loop sends itself, in order, handed over after the
+	 * inbox's on each pass (farm_msg_poll_inbox): its own thread queues
+	 * and takes them, so they need none of the inbox's atomics. Linked
+	 * through node.next. */
+	struct inbox_item *self_head, *self_tail;
+	bool unstamped;     /* calls made in this pass await their deadline */
 	bool hand_back_due; /* a ring consumed an eighth: farm_msg_hand_back_due
 	                       after the flush */
 	/* farm_msg_reply_begin's open reply (RB_*): staged in a send mirror

@@ -658,7 +658,7 @@ static bool work_pending(farm_loop *loop)
 {
 	farm_msg *msg = loop->msg;
 	struct inbox *ib = &msg->inboxes[loop->idx];
-	if (!cds_wfcq_empty(&ib->head, &ib->tail))
+	if (loop->self_head || !cds_wfcq_empty(&ib->head, &ib->tail))
 		return true;
 	unsigned T = msg->attr.nthreads;
 	for (unsigned i = 0; i < loop->npeers; i++) {

@@ -435,7 +435,27 @@ void farm_msg_inbox_push(farm_msg *msg, unsigned r, struct inbox_item *it)
 		farm_wake_word(w);
 }
 
-/* A message to a loop of this machine: through its inbox. */
+/*
+ * A message the loop sends itself (a machine's request to a shard it
+ * serves, and the answer): on the loop's own queue, which only its
+ * thread touches. Through the inbox it took two atomic exchanges and a
+ * full fence (the enqueue, the wake check, the take), half of YCSB-A's
+ * shipped writes each way on two machines. Delivered after the inbox's
+ * items of the same pass, so an item another thread queued before this
+ * one was sent still goes first.
+ */
+static void self_push(farm_loop *loop, struct inbox_item *it)
+{
+	it->node.next = NULL;
+	if (loop->self_tail)
+		loop->self_tail->node.next = &it->node;
+	else
+		loop->self_head = it;
+	loop->self_tail = it;
+}
+
+/* A message to a loop of this machine: through its inbox (its own
+ * queue when it is the sender's). */
 static int send_local(farm_loop *loop, unsigned thread,
                       const struct wire_msg *m, const void *payload)
 {
@@ -451,7 +471,10 @@ static int send_local(farm_loop *loop, unsigned thread,
 	it->m = *m;
 	if (m->len)
 		memcpy(it->payload, payload, m->len);
-	farm_msg_inbox_push(msg, thread, it);
+	if (thread == loop->idx)
+		self_push(loop, it);
+	else
+		farm_msg_inbox_push(msg, thread, it);
 	farm_stat_add_owned(&loop->stats.v[S_SENT], 1);
 	return 0;
 }
@@ -810,29 +833,48 @@ void farm_msg_hand_back_all(farm_loop *loop)
 	}
 }
 
+/* One item taken from an inbox: run, delivered (dropped when @status
+ * says the loop is closing), freed. */
+static void inbox_run(farm_loop *loop, struct inbox_item *it, int status)
+{
+	if (it->fn)
+		it->fn(loop, it->ctx, status);
+	else if (status == 0)
+		deliver(loop, loop->msg->me, &it->m, it->payload);
+	free(it);
+}
+
 int farm_msg_poll_inbox(farm_loop *loop, int status)
 {
 	farm_msg *msg = loop->msg;
 	struct inbox *ib = &msg->inboxes[loop->idx];
 	int got = 0;
-	if (cds_wfcq_empty(&ib->head, &ib->tail))
-		return 0;
-	/* Take what is there now; items queued while they run wait for the
-	 * next pass (a work item that re-posts itself cannot starve us). */
-	struct cds_wfcq_head h;
-	struct cds_wfcq_tail t;
-	cds_wfcq_init(&h, &t);
-	__cds_wfcq_splice_blocking(&h, &t, &ib->head, &ib->tail);
-	struct cds_wfcq_node *n;
-	while ((n = __cds_wfcq_dequeue_blocking(&h, &t))) {
-		struct inbox_item *it =
-		        caa_container_of(n, struct inbox_item, node);
-		FARM_TSAN_ACQUIRE(it); /* pairs with farm_msg_inbox_push's */
-		if (it->fn)
-			it->fn(loop, it->ctx, status);
-		else if (status == 0)
-			deliver(loop, msg->me, &it->m, it->payload);
-		free(it);
+	/* Take what is there now, the inbox's first, then the loop's own
+	 * (self_push); items queued while they run wait for the next pass
+	 * (a work item that re-posts itself cannot starve us). */
+	struct inbox_item *own = loop->self_head;
+	loop->self_head = loop->self_tail = NULL;
+	if (!cds_wfcq_empty(&ib->head, &ib->tail)) {
+		struct cds_wfcq_head h;
+		struct cds_wfcq_tail t;
+		cds_wfcq_init(&h, &t);
+		__cds_wfcq_splice_blocking(&h, &t, &ib->head, &ib->tail);
+		struct cds_wfcq_node *n;
+		while ((n = __cds_wfcq_dequeue_blocking(&h, &t))) {
+			struct inbox_item *it =
+			        caa_container_of(n, struct inbox_item, node);
+			/* pairs with farm_msg_inbox_push's */
+			FARM_TSAN_ACQUIRE(it);
+			inbox_run(loop, it, status);
+			got++;
+		}
+	}
+	while (own) {
+		struct inbox_item *it = own;
+		own = it->node.next ? caa_container_of(it->node.next,
+		                                       struct inbox_item, node)
+		                    : NULL;
+		inbox_run(loop, it, status);
 		got++;
 	}
 	return got;
