@@ -736,10 +736,12 @@ static void work(farm_loop *loop, void *ctx, int status)
 	p->thread = pthread_self();
 }
 
+/* Another thread's post: {loop, ctx, fn (NULL: work)}. */
 static void *poster(void *arg)
 {
 	void **a = arg;
-	assert_int_equal(farm_loop_post(a[0], work, a[1]), 0);
+	farm_work_fn fn = a[2] ? *(farm_work_fn *)a[2] : work;
+	assert_int_equal(farm_loop_post(a[0], fn, a[1]), 0);
 	return NULL;
 }
 
@@ -751,7 +753,7 @@ static void test_post_wakes(void **state)
 	farm_msg_attr a = {.park_after_ns = 1000};
 	mn_open(nd, 1, &a);
 	struct post_ctx p = {0};
-	void *args[2] = {nd[0].loop, &p};
+	void *args[3] = {nd[0].loop, &p, NULL};
 	pthread_t th;
 	pthread_create(&th, NULL, poster, args);
 	assert_int_equal(farm_loop_wait(nd[0].loop, (volatile int *)&p.ran,
@@ -788,13 +790,6 @@ static void seen_work(farm_loop *loop, void *ctx, int status)
 	c->count_then = c->nd->count;
 }
 
-static void *seen_poster(void *arg)
-{
-	void **a = arg;
-	assert_int_equal(farm_loop_post(a[0], seen_work, a[1]), 0);
-	return NULL;
-}
-
 /*
  * A loop's messages to itself skip the inbox (its own queue, no atomics)
  * and still keep the order the inbox gave: among themselves, and after
@@ -810,9 +805,10 @@ static void test_self_order(void **state)
 	mn_open(nd, 1, &a);
 	uint32_t me = farm_msg_machine_id(nd[0].msg);
 	struct seen_ctx c = {.nd = &nd[0]};
-	void *args[2] = {nd[0].loop, &c};
+	farm_work_fn fn = seen_work;
+	void *args[3] = {nd[0].loop, &c, &fn};
 	pthread_t th;
-	pthread_create(&th, NULL, seen_poster, args);
+	pthread_create(&th, NULL, poster, args);
 	pthread_join(th, NULL);
 	for (uint64_t seq = 0; seq < 3; seq++)
 		assert_int_equal(farm_msg_send(nd[0].loop, me, 0, T_COUNT, &seq,
