@@ -131,13 +131,6 @@ static inline void obj_pack(uint8_t *img, unsigned lines, const uint8_t *in,
 	}
 }
 
-/*
- * obj_check() - is @img (@lines lines, read in one operation) one
- * consistent object? Returns 0 with its unlocked version and incarnation
- * word; -EAGAIN when it was being installed (retry); FARM_EFREED when it is
- * not allocated or its incarnation count is not @want_incarn (UINT64_MAX:
- * any); -EINVAL when @lines runs past the object's recorded size.
- */
 /* Whether line @l of @img holds another version than @v16 (a torn copy). */
 static inline bool obj_line_stale(const uint8_t *img, unsigned l, uint16_t v16)
 {
@@ -146,6 +139,13 @@ static inline bool obj_line_stale(const uint8_t *img, unsigned l, uint16_t v16)
 	return x != v16 && !FARM_FAULT_SWITCH(FARM_FP_OBJ_NO_LINE_CHECK);
 }
 
+/*
+ * obj_check() - is @img (@lines lines, read in one operation) one
+ * consistent object? Returns 0 with its unlocked version and incarnation
+ * word; -EAGAIN when it was being installed (retry); FARM_EFREED when it is
+ * not allocated or its incarnation count is not @want_incarn (UINT64_MAX:
+ * any); -EINVAL when @lines runs past the object's recorded size.
+ */
 static inline int obj_check(const uint8_t *img, unsigned lines,
                             uint64_t want_incarn, uint64_t *version,
                             uint64_t *incarn)
