@@ -93,12 +93,14 @@ static void get_end(struct get_op *g, int status, const void *val, uint32_t len)
 	farm_ht_get_fn cont = g->cont;
 	void *ctx = g->ctx;
 	cont(loop, ctx, status, val, len);
-	farm_lf_end(&g->ep);
+	farm_lf_end_inline(&g->ep);
 	if (g->img)
 		buf_put(g->l, g->img);
 	g->img = NULL;
-	free(g->obuf);
-	g->obuf = NULL;
+	if (g->obuf) { /* an indirect value's */
+		free(g->obuf);
+		g->obuf = NULL;
+	}
 	/* Recycled with its bucket buffers: a lookup allocates nothing in
 	 * the steady state. */
 	struct htloop *l = g->l;
@@ -401,7 +403,8 @@ struct get_group {
  * pass (one deferred item of its own, or, with @group, appended to the
  * group's local lookups, completed by one item); elsewhere, one READ
  * (with @group, added to the group's READs). */
-static void get_start_in(struct get_op *g, struct get_group *group)
+static inline __attribute__((always_inline)) void
+get_start_in(struct get_op *g, struct get_group *group)
 {
 	farm_ht *h = g->h;
 	uint32_t bb = 64u * h->bucket_lines;
@@ -428,16 +431,17 @@ static void get_start_in(struct get_op *g, struct get_group *group)
 			get_end(g, -ENOMEM, NULL, 0);
 		return;
 	}
-	if (!rc) { /* the shard's descriptor is cached: one READ */
+	if (!rc && group) { /* the shard's descriptor is cached: one READ */
+		unsigned i = group->nr++;
+		group->rg[i] = g;
+		group->rm[i] = d.machine;
+		group->rw[i] = farm_wr_read(0, g->img, g->l->mr, 2 * bb, &d,
+		                            farm_gaddr_offset(a));
+		return;
+	}
+	if (!rc) {
 		farm_wr wr = farm_wr_read(0, g->img, g->l->mr, 2 * bb, &d,
 		                          farm_gaddr_offset(a));
-		if (group) {
-			unsigned i = group->nr++;
-			group->rg[i] = g;
-			group->rm[i] = d.machine;
-			group->rw[i] = wr;
-			return;
-		}
 		rc = farm_loop_rdma(g->l->loop, d.machine, &wr,
 		                    bucket_read_done, g);
 	} else if (rc == -EAGAIN) {
@@ -475,8 +479,9 @@ static int lookup_prep(farm_ht *h, farm_loop *loop, const void *key,
 }
 
 /* A lookup's state, from the loop's free list, with its bucket buffer
- * and its epoch operation begun; its hash, shard and home still to set.
- * -EAGAIN: this loop's buffers are all in flight. */
+ * and its epoch operation begun (the loop attached to the transactions:
+ * the caller's check); its hash, shard and home still to set. -EAGAIN:
+ * this loop's buffers are all in flight. */
 static int get_new(farm_ht *h, struct htloop *l, const void *key, uint32_t klen,
                    farm_ht_get_fn cont, void *ctx, struct get_op **out)
 {
@@ -502,20 +507,17 @@ static int get_new(farm_ht *h, struct htloop *l, const void *key, uint32_t klen,
 	g->ep = (farm_lf_op){0};
 	g->h = h;
 	g->l = l;
-	memcpy(g->key, key, klen);
+	if (klen <= 64) /* two fixed-size copies, not a call (object.h) */
+		obj_copy_line(g->key, key, klen);
+	else
+		memcpy(g->key, key, klen);
 	g->klen = klen;
 	g->cont = cont;
 	g->ctx = ctx;
 	/* Buckets, chain blocks and value objects it reaches must not change
-	 * size class until it is done (epochs). */
-	int rc = farm_lf_begin(h->txm, l->loop, &g->ep);
-	if (rc) {
-		buf_put(l, g->img);
-		g->img = NULL;
-		g->next_free = l->free_gets;
-		l->free_gets = g;
-		return rc; /* the loop has no transactions attached */
-	}
+	 * size class until it is done (epochs); the caller checked that the
+	 * loop is attached to the transactions (farm_txm_loop_attached). */
+	farm_lf_begin_attached(&g->ep);
 	*out = g;
 	return 0;
 }
@@ -530,6 +532,8 @@ int farm_ht_get(farm_ht *h, farm_loop *loop, const void *key, uint32_t klen,
 	                     &sd);
 	if (rc)
 		return rc;
+	if (!farm_txm_loop_attached(h->txm, loop))
+		return -EINVAL; /* the loop has no transactions attached */
 	struct get_op *g;
 	if ((rc = get_new(h, l, key, klen, cont, ctx, &g)))
 		return rc;
@@ -699,10 +703,14 @@ int farm_ht_get_many(farm_ht *h, farm_loop *loop, unsigned n,
 		return -E2BIG;
 	struct get_op *gs[FARM_HT_BATCH_MAX];
 	unsigned m = 0;
+	/* As farm_ht_get's: no shards yet, or a loop without transactions. */
+	int all = !h->nshards                             ? -ENOENT
+	          : !farm_txm_loop_attached(h->txm, loop) ? -EINVAL
+	                                                  : 0;
 	for (unsigned i = 0; i < n; i++) {
-		int rc = farm_ht_check_key(keys[i], klens[i]);
-		if (!rc && !h->nshards)
-			rc = -ENOENT; /* as lookup_prep: no shards yet */
+		int rc = ht_key_check(keys[i], klens[i]);
+		if (!rc)
+			rc = all;
 		if (!rc)
 			rc = get_new(h, l, keys[i], klens[i], cont, ctxs[i],
 			             &gs[m]);

@@ -23,12 +23,14 @@
 #ifndef FARM_HASHTABLE_HT_INT_H
 #define FARM_HASHTABLE_HT_INT_H
 
+#include <errno.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <string.h>
 
 #include "hashtable/ht.h"
+#include "txn/txm.h"
 #include "util/common.h"
 #include "util/stat.h"
 
@@ -146,6 +148,9 @@ struct farm_ht {
 	/* as's configuration id (farm_as_config_word), read inline by every
 	 * lookup twice (ht_config_id). */
 	const _Atomic uint64_t *as_cfg;
+	/* txm's serve word (farm_txm_serve_word), read inline by every
+	 * lookup's answer (farm_ht_lease_checked). */
+	_Atomic uint64_t *serve;
 	farm_galloc *ga;
 	farm_msg *msg;
 	uint32_t me;
@@ -366,9 +371,29 @@ static inline const uint8_t *farm_ht_pair_val(const farm_ht *h, uint8_t *img,
 void farm_ht_img_read(const uint8_t *obj, uint32_t off, uint32_t n, void *out);
 /* The home bucket's overflow chain pointer. */
 farm_fatptr farm_ht_pair_overflow(const uint8_t *img);
-/* A lookup's answer from what this machine read, found or absent, only
- * while its lease holds (ht_get.c says why); other statuses pass. */
-int farm_ht_lease_checked(farm_ht *h, int status);
+/* farm_ht_check_key's checks, inline for a batch's keys. */
+static inline int ht_key_check(const void *key, uint32_t klen)
+{
+	if (!key || klen == 0)
+		return -EINVAL;
+	return klen > FARM_HT_MAX_KEY ? -E2BIG : 0;
+}
+
+/*
+ * A lookup's answer from what this machine read, found or absent, only
+ * while its lease holds, as for the transaction layer's reads (read.c,
+ * rd_check; farm_txm_serve_word): a machine paused past its lease, perhaps
+ * removed and its shards served elsewhere by now, must not answer from
+ * what its copy or an old READ says (a zombie's get right after SIGCONT
+ * would return a value the new configuration has overwritten). Checked
+ * after the copy; other statuses pass. Inline: every answer runs it.
+ */
+static inline int farm_ht_lease_checked(const farm_ht *h, int status)
+{
+	if (status != 0 && status != -ENOENT)
+		return status;
+	return farm_txm_lease_held(h->serve) ? status : FARM_ELEASE;
+}
 
 /* ht_get.c: free a loop's recycled lookups (at detach). */
 void farm_ht_gets_free(struct htloop *l);

@@ -13,7 +13,6 @@
 #include <string.h>
 
 #include "txn/object.h"
-#include "txn/txm.h"
 #include "util/fault.h"
 #include "util/lines.h"
 
@@ -304,21 +303,4 @@ farm_fatptr farm_ht_pair_overflow(const uint8_t *img)
 	farm_fatptr f;
 	farm_ht_img_read(img, 16, sizeof(f), &f);
 	return f;
-}
-
-/*
- * A lookup's answer from what this machine read, found or absent, only
- * while its lease holds, as for the transaction layer's reads (read.c,
- * rd_check; farm_txm_serve_word): a machine paused past its lease, perhaps
- * removed and its shards served elsewhere by now, must not answer from
- * what its copy or an old READ says (a zombie's get right after SIGCONT
- * would return a value the new configuration has overwritten). Checked
- * after the copy.
- */
-int farm_ht_lease_checked(farm_ht *h, int status)
-{
-	if (status != 0 && status != -ENOENT)
-		return status;
-	return farm_txm_lease_held(farm_txm_serve_word(h->txm)) ? status
-	                                                        : FARM_ELEASE;
 }

@@ -427,21 +427,23 @@ int farm_lf_read_array(farm_txm *m, farm_loop *loop, farm_fatptr first,
 	return 0;
 }
 
+bool farm_txm_loop_attached(farm_txm *m, farm_loop *loop)
+{
+	return loop_state(m, loop) != NULL;
+}
+
 int farm_lf_begin(farm_txm *m, farm_loop *loop, farm_lf_op *op)
 {
 	if (!loop_state(m, loop) || !op)
 		return -EINVAL;
-	op->parity = farm_epoch_op_begin();
-	op->open = 1;
+	farm_lf_begin_attached(op);
 	return 0;
 }
 
 void farm_lf_end(farm_lf_op *op)
 {
-	if (op && op->open) {
-		op->open = 0;
-		farm_epoch_op_end(op->parity);
-	}
+	if (op)
+		farm_lf_end_inline(op);
 }
 
 int farm_lf_read_sync(farm_txm *m, farm_loop *loop, farm_gaddr a, uint32_t size,

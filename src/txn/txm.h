@@ -19,6 +19,7 @@
 
 #include "addrspace/addrspace.h"
 #include "alloc/galloc.h"
+#include "txn/epoch.h"
 
 #define FARM_MSGT_TX_REPLY 0xf120u /* primary -> coordinator: lock result */
 /* Transaction recovery (recover.c); 0xf121 is epochs'. */
@@ -119,6 +120,27 @@ void farm_txm_set_removed(farm_txm *m);
  * transaction that was committing is decided. Returns 0 once it is
  * started; -ESTALE for a configuration not newer than the last.
  */
+/*
+ * For a caller that starts many lock-free operations on one loop (a batch
+ * of lookups): farm_txm_loop_attached() is farm_lf_begin's check, made
+ * once (whether @loop is attached to @m: farm_txm_attach); then
+ * farm_lf_begin_attached() and farm_lf_end_inline() are farm_lf_begin
+ * and farm_lf_end without the check or a call, on that loop's thread.
+ */
+bool farm_txm_loop_attached(farm_txm *m, farm_loop *loop);
+static inline void farm_lf_begin_attached(farm_lf_op *op)
+{
+	op->parity = farm_epoch_op_begin();
+	op->open = 1;
+}
+static inline void farm_lf_end_inline(farm_lf_op *op)
+{
+	if (op->open) {
+		op->open = 0;
+		farm_epoch_op_end(op->parity);
+	}
+}
+
 /*
  * farm_txm_serve_word() - reads (lock-free and transactional) succeed
  * only while CLOCK_MONOTONIC is below this word, else FARM_ELEASE: a
