@@ -482,8 +482,9 @@ static int lookup_prep(farm_ht *h, farm_loop *loop, const void *key,
  * and its epoch operation begun (the loop attached to the transactions:
  * the caller's check); its hash, shard and home still to set. -EAGAIN:
  * this loop's buffers are all in flight. */
-static int get_new(farm_ht *h, struct htloop *l, const void *key, uint32_t klen,
-                   farm_ht_get_fn cont, void *ctx, struct get_op **out)
+static inline __attribute__((always_inline)) int
+get_new(farm_ht *h, struct htloop *l, const void *key, uint32_t klen,
+        farm_ht_get_fn cont, void *ctx, struct get_op **out)
 {
 	struct get_op *g = l->free_gets;
 	if (g) {
