@@ -1,10 +1,13 @@
 /*
  * A lock-free read never returns a torn or exclusively locked object as
  * consistent (src/txn/README.md, "Object layout"; txn/object.h obj_check),
- * on three in-process machines (asntx.h). An object of 4 lines is changed
- * by hand at its primary, as an install caught half-way leaves it, and
- * read with farm_lf_read from the primary (a local copy) and from another
- * machine (one one-sided READ):
+ * nor does a transaction's read of a local object without waiting
+ * (farm_tx_read_local: obj_read_lines, which copies and checks in one
+ * pass), on three in-process machines (asntx.h). An object of 4 lines is
+ * changed by hand at its primary, as an install caught half-way leaves
+ * it, and read with farm_lf_read from the primary (a local copy) and from
+ * another machine (one one-sided READ), and with farm_tx_read_local at
+ * the primary:
  *   - a later line holding the next version's data and line version under
  *     the old header (a READ that copied the header before the install
  *     and that line after it): -EBUSY once the read's retries run out,
@@ -92,25 +95,47 @@ static int read_from(const struct obj *o, unsigned m, uint8_t *buf)
 	return lf(m, o->p.addr, o->size, o->p.incarnation, buf);
 }
 
-/* A torn object read from the primary and from another machine: -EBUSY
- * (--broken: returned, torn). */
+/* A transaction's read of @o at its primary without waiting
+ * (farm_tx_read_local): its status, @buf filled on 0. */
+static int read_tx_local(const struct obj *o, uint8_t *buf)
+{
+	memset(buf, 0, o->size);
+	farm_tx *tx = begin(o->prim);
+	const void *d = NULL;
+	int rc = farm_tx_read_local(tx, o->p.addr, o->size, &d);
+	if (!rc)
+		memcpy(buf, d, o->size);
+	farm_tx_free(tx);
+	return rc;
+}
+
+/* Reader @k of a case: the lock-free read at the primary, at another
+ * machine, then the transaction's local read at the primary. */
+static const char *const READER[3] = {"local", "remote", "tx local"};
+
+static int read_by(const struct obj *o, unsigned k, uint8_t *buf)
+{
+	return k == 2 ? read_tx_local(o, buf)
+	              : read_from(o, k ? o->other : o->prim, buf);
+}
+
+/* A torn object read by each reader: -EBUSY (--broken: returned,
+ * torn). */
 static void torn_case(struct obj *o, unsigned l)
 {
-	const unsigned from[2] = {o->prim, o->other};
-	for (unsigned k = 0; k < 2; k++) {
+	for (unsigned k = 0; k < 3; k++) {
 		uint8_t buf[SIZE];
 		obj_tear(o, l);
-		int rc = read_from(o, from[k], buf);
+		int rc = read_by(o, k, buf);
 		obj_put_back(o);
-		printf("line %u torn, read %s: %s%s\n", l,
-		       k ? "remote" : "local", farm_strerror(rc),
+		printf("line %u torn, read %s: %s%s\n", l, READER[k],
+		       farm_strerror(rc),
 		       !rc && !whole(o, buf) ? " (torn object returned)" : "");
 		if (Broken) {
 			if (rc || whole(o, buf))
 				fail_msg("--broken: line %u torn, %s read: %s, "
 				         "the torn object was not returned",
-				         l, k ? "remote" : "local",
-				         farm_strerror(rc));
+				         l, READER[k], farm_strerror(rc));
 			continue;
 		}
 		assert_int_equal(rc, -EBUSY);
@@ -147,18 +172,17 @@ static void test_locked(void **state)
 	uint8_t buf[SIZE];
 	uint64_t v;
 	memcpy(&v, o.h, 8);
-	const unsigned from[2] = {o.prim, o.other};
-	for (unsigned k = 0; k < 2; k++) {
+	for (unsigned k = 0; k < 3; k++) {
 		uint64_t x = v | OBJ_LOCK_EXCL;
 		memcpy(o.h, &x, 8);
-		int rc = read_from(&o, from[k], buf);
+		int rc = read_by(&o, k, buf);
 		obj_put_back(&o);
-		printf("locked exclusive, read %s: %s\n",
-		       k ? "remote" : "local", farm_strerror(rc));
+		printf("locked exclusive, read %s: %s\n", READER[k],
+		       farm_strerror(rc));
 		assert_int_equal(rc, -EBUSY);
 		x = v | OBJ_LOCK_SHARED;
 		memcpy(o.h, &x, 8);
-		rc = read_from(&o, from[k], buf);
+		rc = read_by(&o, k, buf);
 		obj_put_back(&o);
 		assert_int_equal(rc, 0);
 		assert_true(whole(&o, buf));

@@ -176,6 +176,66 @@ static inline int obj_check(const uint8_t *img, unsigned lines,
 }
 
 /*
+ * obj_read_lines() - the first @size application bytes of the object of
+ * @lines lines at @p (this machine's memory, where installs may run)
+ * copied to @out straight from its lines, and checked as obj_check checks
+ * a copy, in one pass: farm_lines_copy, obj_check and obj_unpack at
+ * once, without the image between them. Each line's bytes are seen as of
+ * one instant (its first word read before and after them, as
+ * farm_line_copy does: an install sets a line's version to the lock value
+ * first and to the new version last); line 0's header then unlocked (or
+ * locked shared), allocated and spanning @lines, every later line's
+ * version its low 16 bits. Returns what obj_check returns, with its
+ * version and incarnation word; on -EAGAIN (a line changed, or an install
+ * is under way) @out holds garbage: read again.
+ */
+static inline int obj_read_lines(const uint8_t *p, unsigned lines,
+                                 uint32_t size, uint8_t *out, uint64_t *version,
+                                 uint64_t *incarn)
+{
+	const _Atomic uint64_t *h = (const _Atomic uint64_t *)(const void *)p;
+	/* Pairs with the install's release store of the header's new
+	 * version (obj_install). */
+	uint64_t v = atomic_load_explicit(h, memory_order_acquire);
+	uint64_t w = atomic_load_explicit(h + 1, memory_order_relaxed);
+	uint32_t done = FARM_MIN(size, OBJ_LINE0_DATA);
+	obj_copy_line(out, p + FARM_OBJHDR_SIZE, done);
+	/* The copy's loads before the re-load of the word; pairs with the
+	 * install's store of the lock value before its data. */
+	atomic_thread_fence(memory_order_acquire);
+	if (atomic_load_explicit(h, memory_order_relaxed) != v ||
+	    (v & OBJ_LOCK_MASK) == OBJ_LOCK_EXCL)
+		return -EAGAIN;
+	if (!farm_incarn_allocated(w))
+		return FARM_EFREED;
+	if (lines > farm_incarn_lines(w))
+		return -EINVAL;
+	uint16_t v16 = obj_v16(v & ~OBJ_LOCK_MASK);
+	for (unsigned l = 1; l < lines; l++) {
+		const uint8_t *q = p + 64u * l;
+		const _Atomic uint64_t *lw =
+		        (const _Atomic uint64_t *)(const void *)q;
+		/* As line 0's: pairs with the install's stores of the line's
+		 * version, the lock value before its data, the new one after.
+		 */
+		uint64_t a = atomic_load_explicit(lw, memory_order_acquire);
+		uint16_t x;
+		memcpy(&x, &a, 2);
+		if (x != v16 && !FARM_FAULT_SWITCH(FARM_FP_OBJ_NO_LINE_CHECK))
+			return -EAGAIN;
+		uint32_t n = FARM_MIN(size - done, OBJ_LINE_DATA);
+		obj_copy_line(out + done, q + 2, n);
+		done += n;
+		atomic_thread_fence(memory_order_acquire);
+		if (atomic_load_explicit(lw, memory_order_relaxed) != a)
+			return -EAGAIN;
+	}
+	*version = v & ~OBJ_LOCK_MASK;
+	*incarn = w;
+	return 0;
+}
+
+/*
  * A transaction's new object holds the shared lock from its allocation
  * until the commit installs it (the lock, exclusive, then the new
  * version) or the abort unlocks it and gives it back. Unmarked, an

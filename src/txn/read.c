@@ -489,7 +489,7 @@ static void txrd_done(struct rd_op *op)
 		/* Read twice meanwhile? */
 		struct txobj *o = tx_find(tx, op->a);
 		if (!o) {
-			o = tx_add(tx);
+			o = tx_add(tx, op->a);
 			uint8_t *d = o ? farm_txn_data_get(tx, size) : NULL;
 			if (!d) {
 				if (o)
@@ -611,13 +611,13 @@ int farm_tx_read_local(farm_tx *tx, farm_gaddr a, uint32_t size,
 	const uint8_t *p = farm_as_local_ptr(m->as, a, 64ull * lines);
 	if (!p)
 		return -EREMOTE;
-	uint8_t *img = arena_get(&tx->tl->ar, 64ull * lines);
-	int rc = img ? -EAGAIN : -ENOMEM;
+	/* The data straight into the transaction's storage: a read that
+	 * fails leaves it unused there until the transaction ends. */
+	uint8_t *d = farm_txn_data_get(tx, size);
+	int rc = d ? -EAGAIN : -ENOMEM;
 	uint64_t version = 0, incarn = 0;
 	for (unsigned tries = 0; rc == -EAGAIN && tries < READ_TRIES; tries++) {
-		if (!farm_lines_copy(img, p, 64ull * lines, LINE_TRIES))
-			continue;
-		rc = obj_check(img, lines, UINT64_MAX, &version, &incarn);
+		rc = obj_read_lines(p, lines, size, d, &version, &incarn);
 		if (rc == -EAGAIN)
 			farm_cpu_relax();
 	}
@@ -625,15 +625,9 @@ int farm_tx_read_local(farm_tx *tx, farm_gaddr a, uint32_t size,
 		rc = -EBUSY;
 	if (!rc && !txn_serving(m))
 		rc = txn_not_serving(m); /* see rd_check */
-	uint8_t *d = NULL;
-	if (!rc && !(o = tx_add(tx)))
+	if (!rc && !(o = tx_add(tx, a)))
 		rc = -ENOMEM;
-	if (!rc && !(d = farm_txn_data_get(tx, size))) {
-		tx->n--;
-		rc = -ENOMEM;
-	}
 	if (!rc) {
-		obj_unpack(img, size, d);
 		*o = (struct txobj){.a = a,
 		                    .size = size,
 		                    .lines = lines,
@@ -645,8 +639,6 @@ int farm_tx_read_local(farm_tx *tx, farm_gaddr a, uint32_t size,
 		*data = d;
 		farm_stat_add_owned(&tx->tl->c_tx_reads, 1);
 	}
-	if (img)
-		arena_put(&tx->tl->ar, img, 64ull * lines);
 	return rc;
 }
 

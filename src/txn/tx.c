@@ -420,7 +420,7 @@ static int tx_add_array(farm_tx *tx, farm_gaddr a, uint32_t size, uint32_t n,
 	for (uint32_t i = 0; i < n; i++) {
 		farm_gaddr ai = a + 64ull * el * i;
 		const struct farm_objhdr *h = farm_as_local_ptr(m->as, ai, 16);
-		struct txobj *o = tx_add(tx);
+		struct txobj *o = tx_add(tx, ai);
 		uint8_t *d = o ? farm_txn_data_get(tx, size) : NULL;
 		if (!d || !h) {
 			/* Their data stays the transaction's until it ends. */
@@ -502,7 +502,7 @@ static void txal_done(farm_loop *loop, void *ctx, int status, farm_gaddr a)
 			cont(tx, cctx, st, fp, data);
 			return;
 		}
-		struct txobj *o = tx_add(tx);
+		struct txobj *o = tx_add(tx, a);
 		uint8_t *d = o ? farm_txn_data_get(tx, c->size) : NULL;
 		if (!d) {
 			if (o)

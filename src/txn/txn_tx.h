@@ -83,6 +83,11 @@ struct farm_tx {
 	uint64_t id;
 	struct txobj *o;
 	unsigned n, cap;
+	/* A bit (tx_obj_bit) for the address of every object ever added:
+	 * tx_find scans only when its bit is set. Never cleared while the
+	 * transaction lives (an object added and taken back leaves a bit
+	 * that only costs a scan). */
+	uint64_t omask;
 	unsigned reads_out; /* reads in flight */
 	enum phase ph;
 	unsigned pending;
@@ -214,8 +219,18 @@ struct rd_op {
 
 /* ---- transactions: the object set ----------------------------------- */
 
+static inline uint64_t tx_obj_bit(farm_gaddr a)
+{
+	return 1ull << (((a >> 6) * 0x9e3779b97f4a7c15ull) >> 58);
+}
+
+/* The object at @a among the transaction's, or NULL: most reads and
+ * writes name an object not yet there (a put's buckets in a batch of
+ * puts), which the filter answers without the scan. */
 static inline struct txobj *tx_find(farm_tx *tx, farm_gaddr a)
 {
+	if (!(tx->omask & tx_obj_bit(a)))
+		return NULL;
 	for (unsigned i = 0; i < tx->n; i++)
 		if (tx->o[i].a == a)
 			return &tx->o[i];
@@ -320,7 +335,8 @@ static inline uint64_t txo_new_incarn(const struct txobj *o)
 	return (o->flags & TXO_FREE) ? farm_incarn_freed(o->incarn) : o->incarn;
 }
 
-static inline struct txobj *tx_add(farm_tx *tx)
+/* A new entry for the object at @a (the caller fills it, @a included). */
+static inline struct txobj *tx_add(farm_tx *tx, farm_gaddr a)
 {
 	if (tx->n == tx->cap) {
 		unsigned nc = tx->cap ? tx->cap * 2 : 8;
@@ -332,6 +348,7 @@ static inline struct txobj *tx_add(farm_tx *tx)
 	}
 	struct txobj *o = &tx->o[tx->n++];
 	memset(o, 0, sizeof(*o));
+	tx->omask |= tx_obj_bit(a);
 	return o;
 }
 
