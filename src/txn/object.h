@@ -116,19 +116,24 @@ static inline void obj_unpack(const uint8_t *img, uint32_t size, uint8_t *out)
 static inline void obj_pack(uint8_t *img, unsigned lines, const uint8_t *in,
                             uint32_t size, uint64_t version, uint64_t incarn)
 {
-	memset(img, 0, 64u * lines);
+	/* Each byte written once: the data by obj_copy_line (a
+	 * variable-length memcpy of a line is a byte loop inline), zeros
+	 * only after it, then the header and line versions. */
+	uint32_t n = FARM_MIN(size, OBJ_LINE0_DATA), done = n;
+	uint32_t end = FARM_OBJHDR_SIZE + n;
+	obj_copy_line(img + FARM_OBJHDR_SIZE, in, n);
+	for (unsigned l = 1; done < size; l++) {
+		n = FARM_MIN(size - done, OBJ_LINE_DATA);
+		obj_copy_line(img + 64u * l + 2, in + done, n);
+		done += n;
+		end = 64u * l + 2 + n;
+	}
+	memset(img + end, 0, 64u * lines - end);
 	memcpy(img, &version, 8);
 	memcpy(img + 8, &incarn, 8);
 	uint16_t v16 = obj_v16(version);
 	for (unsigned l = 1; l < lines; l++)
 		memcpy(img + 64u * l, &v16, 2);
-	uint32_t n = FARM_MIN(size, OBJ_LINE0_DATA);
-	memcpy(img + FARM_OBJHDR_SIZE, in, n);
-	for (uint32_t done = n, l = 1; done < size; l++) {
-		n = FARM_MIN(size - done, OBJ_LINE_DATA);
-		memcpy(img + 64u * l + 2, in + done, n);
-		done += n;
-	}
 }
 
 /* Whether line @l of @img holds another version than @v16 (a torn copy). */
