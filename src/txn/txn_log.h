@@ -261,6 +261,7 @@ static inline uint64_t rec_sum(const uint8_t *p, uint64_t n)
 		h[k] = (n + k) * 0xc2b2ae3d27d4eb4full;
 	uint64_t i = 0, w;
 	for (; i + 64 <= n; i += 64)
+#pragma GCC unroll 8 /* no lane counter among the multiplies (-O2) */
 		for (unsigned k = 0; k < 8; k++) {
 			memcpy(&w, p + i + 8 * k, 8);
 			h[k] = (h[k] ^ w) * K;
