@@ -119,7 +119,7 @@ void farm_txn_single_install(farm_tx *tx)
 			continue; /* cannot be: locked here */
 		uint64_t nv = o->version + OBJ_VSTEP;
 		obj_install_locked(p, o->lines, o->img, nv);
-		farm_stat_add(&m->st.v[S_INSTALLS], 1);
+		txl_count(tx->tl, S_INSTALLS, 1);
 		if ((o->flags & TXO_FREE) &&
 		    (o->flags & (TXO_ARRAY | TXO_ELEM)) && !demoted)
 			continue; /* freed whole below, then unlocked */
