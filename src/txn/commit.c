@@ -226,9 +226,9 @@ void farm_txn_tx_report(farm_tx *tx, int outcome)
 	tx->reported = true;
 	tx->outcome = outcome;
 	struct txloop *tl = tx->tl;
-	if (tx->counted) { /* pairs with the increment in farm_tx_commit */
+	if (tx->counted) { /* counted by farm_tx_commit */
 		tx->counted = false;
-		atomic_fetch_sub(&tl->commits_out, 1);
+		txl_commit_done(tl);
 	}
 	if (!outcome) {
 		txl_count(tl, S_COMMITS, 1);

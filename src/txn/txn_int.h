@@ -68,7 +68,8 @@ struct txloop {
 	struct txm_counters *lst;
 	/* Commits of this loop's transactions between farm_tx_commit and
 	 * their outcome (farm_txm.quiescing): its own line, so counting
-	 * costs no cache line shared by every loop. */
+	 * costs no cache line shared by every loop. This loop's thread is
+	 * its one writer (txl_commit_done). */
 	atomic_ulong commits_out;
 	unsigned inflight; /* log WRITEs and freed-word READs not completed */
 	/* The slots (TX_SLOTS) of commits that found a log short of room
@@ -156,6 +157,20 @@ struct farm_txm {
 	 * that only picks an error; what fences the machine is the fabric. */
 	atomic_bool removed;
 };
+
+/* A commit of @tl counted in commits_out has its outcome (or was refused
+ * before it began). Only @tl's thread writes the count (farm_tx_commit's
+ * increment too), so a load and a store, no locked instruction: the
+ * increment must be a sequentially consistent read-modify-write, ordered
+ * before its read of the quiescing flag (farm_txm.quiescing), the drop
+ * need not. Release: pairs with the load in farm_txm_commits_out, so a
+ * leaver that sees the count drop sees what the commit did before. */
+static inline void txl_commit_done(struct txloop *tl)
+{
+	unsigned long n =
+	        atomic_load_explicit(&tl->commits_out, memory_order_relaxed);
+	atomic_store_explicit(&tl->commits_out, n - 1, memory_order_release);
+}
 
 /* May this machine serve a read now (its lease holds)? Acquire: pairs with
  * the release stores of the serve word in recovery/lease.c. */
