@@ -90,7 +90,7 @@ int farm_ht_chain_take(struct wctx *w, uint32_t home, const struct cfree *cf,
 		put_fat(B_OVF(hb), q->blk_fp);
 	}
 	q->blk_ready = false;
-	farm_stat_add(&h->st.v[T_CHAIN_APPENDS], 1);
+	hl_count(w->l, T_CHAIN_APPENDS, 1);
 	*slot = blk_slot(h, *blk, 0);
 	return 0;
 }
@@ -115,7 +115,7 @@ int farm_ht_unlink_block(struct wctx *w, uint32_t home, farm_fatptr blkp,
 		if ((rc = farm_ht_bump_pairs(w, home)))
 			return rc;
 	}
-	farm_stat_add(&w->h->st.v[T_CHAIN_FREES], 1);
+	hl_count(w->l, T_CHAIN_FREES, 1);
 	return farm_tx_free_obj(w->tx, blkp.addr);
 }
 

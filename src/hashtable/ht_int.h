@@ -163,10 +163,13 @@ struct farm_ht {
 	unsigned nshards;
 	struct htloop *loops[MAX_LOOPS];
 	struct ht_counters st;
-	/* Lookup counters per loop index, each written by that loop's
-	 * thread alone (hl_count): a locked add per counter was a tenth of a
-	 * KV lookup's CPU. Kept here, not in the htloop, so that
-	 * farm_ht_stats_get can add them up while loops detach. */
+	/* Counters per loop index, each written by that loop's thread alone
+	 * (hl_count, ht_count): lookups', shipped writes' (puts, deletes)
+	 * and the owner's batches' (combined, hops, chain blocks). A locked
+	 * add per counter was a tenth of a KV lookup's CPU, and on the write
+	 * path it drains a store buffer full of stores that missed. Kept
+	 * here, not in the htloop, so that farm_ht_stats_get can add them up
+	 * while loops detach. */
 	struct ht_counters lst[MAX_LOOPS];
 	/* Shipped writes' continuations (ht_ship.c), recycled per loop
 	 * index, each list touched by that loop's thread alone; here, not
@@ -272,11 +275,19 @@ static inline struct htloop *hl_of(farm_ht *h, farm_loop *loop)
 	return l && l->loop == loop ? l : NULL;
 }
 
-/* Count @n in this loop's counter @t (lookups only: the loop's thread is
- * its one writer). */
+/* Count @n in this loop's counter @t, on the loop's thread: its one
+ * writer. */
 static inline void hl_count(struct htloop *l, unsigned t, uint64_t n)
 {
 	farm_stat_add_owned(&l->lst->v[t], n);
+}
+
+/* The same by loop index @li, for a loop that need not be attached (a
+ * shipped write's caller), on that loop's thread: its one writer, as for
+ * free_puts[@li]. */
+static inline void ht_count(farm_ht *h, unsigned li, unsigned t, uint64_t n)
+{
+	farm_stat_add_owned(&h->lst[li].v[t], n);
 }
 
 static inline void *buf_get(struct htloop *l)

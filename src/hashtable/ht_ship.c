@@ -142,7 +142,7 @@ static int ship(farm_ht *h, farm_loop *loop, uint8_t op, const void *key,
 	if (rc)
 		put_put(c, li);
 	else
-		farm_stat_add(&h->st.v[op == 1 ? T_PUTS : T_DELS], 1);
+		ht_count(h, li, op == 1 ? T_PUTS : T_DELS, 1);
 	return rc;
 }
 
@@ -496,7 +496,7 @@ static void batch_start(struct htloop *l, unsigned shard)
 		if (!q->head)
 			q->tail = NULL;
 		if (n > 1)
-			farm_stat_add(&h->st.v[T_COMBINED], 1);
+			hl_count(l, T_COMBINED, 1);
 	}
 	for (struct pending *p = q->batch; p; p = p->next)
 		p->status = -EINPROGRESS;

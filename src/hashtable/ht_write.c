@@ -204,7 +204,7 @@ static int move_pair(struct wctx *w, uint32_t from, unsigned fs, uint32_t to,
 	if ((rc = farm_ht_bump_pairs(w, to)) ||
 	    (rc = farm_ht_bump_pairs(w, from)))
 		return rc;
-	farm_stat_add(&h->st.v[T_HOPS], 1);
+	hl_count(w->l, T_HOPS, 1);
 	return 0;
 }
 

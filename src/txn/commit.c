@@ -205,40 +205,40 @@ static void tx_append(farm_tx *tx, uint32_t mach, uint8_t *buf, size_t len,
 
 /* ---- outcome and the end of a commit ---------------------------------- */
 
-static void count_outcome(farm_txm *m, int outcome)
+static void count_outcome(struct txloop *tl, int outcome)
 {
 	switch (outcome) {
 	case 0: break;
-	case FARM_ECONFLICT: farm_stat_add(&m->st.v[S_AB_CONFLICT], 1); break;
-	case FARM_EVALIDATION:
-		farm_stat_add(&m->st.v[S_AB_VALIDATION], 1);
-		break;
-	case -ENOSPC: farm_stat_add(&m->st.v[S_AB_NOSPACE], 1); break;
-	case FARM_EFREED: farm_stat_add(&m->st.v[S_AB_FREED], 1); break;
-	default: farm_stat_add(&m->st.v[S_AB_FAILURE], 1); break;
+	case FARM_ECONFLICT: txl_count(tl, S_AB_CONFLICT, 1); break;
+	case FARM_EVALIDATION: txl_count(tl, S_AB_VALIDATION, 1); break;
+	case -ENOSPC: txl_count(tl, S_AB_NOSPACE, 1); break;
+	case FARM_EFREED: txl_count(tl, S_AB_FREED, 1); break;
+	default: txl_count(tl, S_AB_FAILURE, 1); break;
 	}
 }
 
+/* On the transaction's loop's thread (every outcome is reported there):
+ * its counters are that loop's (txl_count). */
 void farm_txn_tx_report(farm_tx *tx, int outcome)
 {
 	if (tx->reported)
 		return;
 	tx->reported = true;
 	tx->outcome = outcome;
-	farm_txm *m = tx->m;
-	if (tx->counted) { /* pairs with the increment in farm_tx_commit */
+	struct txloop *tl = tx->tl;
+	if (tx->counted) { /* counted by farm_tx_commit */
 		tx->counted = false;
-		atomic_fetch_sub(&tx->tl->commits_out, 1);
+		txl_commit_done(tl);
 	}
 	if (!outcome) {
-		farm_stat_add(&m->st.v[S_COMMITS], 1);
+		txl_count(tl, S_COMMITS, 1);
 		if (tx->single)
-			farm_stat_add(&m->st.v[S_COMMITS_SINGLE], 1);
-		farm_stat_add(&m->st.v[S_C_WRITES], tx->n_writes);
-		farm_stat_add(&m->st.v[S_C_READS], tx->n_reads);
-		farm_stat_add(&m->st.v[S_C_MSGS], tx->n_msgs);
+			txl_count(tl, S_COMMITS_SINGLE, 1);
+		txl_count(tl, S_C_WRITES, tx->n_writes);
+		txl_count(tl, S_C_READS, tx->n_reads);
+		txl_count(tl, S_C_MSGS, tx->n_msgs);
 	}
-	count_outcome(m, outcome);
+	count_outcome(tl, outcome);
 	if (tx->in_call) {
 		tx->deferred_report = true; /* never before commit returns */
 		return;

@@ -106,9 +106,18 @@ void farm_txn_single_install(farm_tx *tx)
 		bool d;
 		_Atomic uint64_t *h =
 		        txo_is_write(o) ? own_hdr(tx, o, &d) : NULL;
+		/* Relaxed: obj_install_locked's release fence orders this
+		 * mark before the object's new data (a reader's copy is
+		 * checked as that fence's comment says), and its release
+		 * store of each object's new header orders it before that
+		 * header (pairs with readers' acquire of it): no reader sees
+		 * one object installed and another still shared-locked. No
+		 * later load here must wait for the mark, so it needs no
+		 * sequentially consistent store (an xchg, a locked
+		 * instruction, per object). */
 		if (h)
 			atomic_store_explicit(h, o->version | OBJ_LOCK_EXCL,
-			                      memory_order_seq_cst);
+			                      memory_order_relaxed);
 	}
 	for (unsigned i = 0; i < tx->n; i++) {
 		struct txobj *o = &tx->o[i];
@@ -119,7 +128,7 @@ void farm_txn_single_install(farm_tx *tx)
 			continue; /* cannot be: locked here */
 		uint64_t nv = o->version + OBJ_VSTEP;
 		obj_install_locked(p, o->lines, o->img, nv);
-		farm_stat_add(&m->st.v[S_INSTALLS], 1);
+		txl_count(tx->tl, S_INSTALLS, 1);
 		if ((o->flags & TXO_FREE) &&
 		    (o->flags & (TXO_ARRAY | TXO_ELEM)) && !demoted)
 			continue; /* freed whole below, then unlocked */

@@ -387,7 +387,8 @@ unsigned long farm_txm_commits_out(farm_txm *m)
 		return 0;
 	unsigned long n = 0;
 	/* Under rec.lock, which a loop's attach and detach take to enter
-	 * and leave the table (txm.c). */
+	 * and leave the table (txm.c). Each count's load pairs with the
+	 * release of its drop (txl_commit_done). */
 	pthread_mutex_lock(&m->rec.lock);
 	for (unsigned i = 0; i < MAX_LOOPS; i++)
 		if (m->loops[i])
@@ -414,7 +415,7 @@ int farm_tx_commit(farm_tx *tx, farm_tx_commit_fn cont, void *ctx)
 	                                        : commit_begin(tx, cont, ctx);
 	if (rc && tx->counted) {
 		tx->counted = false;
-		atomic_fetch_sub(&tx->tl->commits_out, 1);
+		txl_commit_done(tx->tl);
 	}
 	return rc;
 }

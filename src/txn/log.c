@@ -332,7 +332,7 @@ void farm_txn_maybe_truncate(struct txloop *tl, uint32_t mach,
 	    wq_reserve(m, w, 1))
 		return;
 	if (log_small(tl, mach, REC_TRUNC, 0, NULL, 0, NULL) == 0)
-		farm_stat_add(&m->st.v[S_TRUNCATES], 1);
+		txl_count(tl, S_TRUNCATES, 1);
 }
 
 /* ---- the replica's freed word ---------------------------------------- */
@@ -828,7 +828,7 @@ int farm_txn_truncate_all(struct txloop *tl, const bool *member)
 		if (log_small(tl, mach, REC_TRUNC, 0, NULL, 0, NULL) == 0)
 			sent++;
 	}
-	farm_stat_add(&m->st.v[S_TRUNCATES], (uint64_t)sent);
+	txl_count(tl, S_TRUNCATES, (uint64_t)sent);
 	return sent;
 }
 

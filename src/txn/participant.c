@@ -124,7 +124,7 @@ static void on_lock(struct txloop *tl, const uint8_t *rec)
 	if (h.cfg < (uint32_t)farm_as_config_id(m->as)) {
 		/* Started in an older configuration: its coordinator may not
 		 * know where the regions are now (FaRM 5.2). Retryable. */
-		farm_stat_add(&m->st.v[S_STALE_REFUSED], 1);
+		txl_count(tl, S_STALE_REFUSED, 1);
 		send_reply(tl, h.txid, FARM_ECONFLICT);
 		return;
 	}
@@ -158,7 +158,7 @@ static void on_lock(struct txloop *tl, const uint8_t *rec)
 	}
 	if (status) {
 		unlock_objs(m, rec, locked);
-		farm_stat_add(&m->st.v[S_LOCKS_REFUSED], 1);
+		txl_count(tl, S_LOCKS_REFUSED, 1);
 	} else {
 		struct lock_ent *e = malloc(sizeof(*e));
 		if (!e) {
@@ -174,7 +174,7 @@ static void on_lock(struct txloop *tl, const uint8_t *rec)
 				status = -EEXIST;
 			} else {
 				*pp = e;
-				farm_stat_add(&m->st.v[S_LOCKS_OK], 1);
+				txl_count(tl, S_LOCKS_OK, 1);
 			}
 		}
 	}
@@ -199,7 +199,7 @@ static void install_rec(struct txloop *tl, const uint8_t *rec)
 		if (p) {
 			uint64_t nv = o[i].version + OBJ_VSTEP;
 			obj_install_locked(p, o[i].lines, img, nv);
-			farm_stat_add(&m->st.v[S_INSTALLS], 1);
+			txl_count(tl, S_INSTALLS, 1);
 			if (o[i].flags & (OBJF_ARRAY | OBJF_ELEM)) {
 				arrays = true; /* unlocked after the free */
 			} else {
@@ -402,10 +402,11 @@ static uint8_t *backup_target(farm_txm *m, const struct rec_obj *o,
 	return (uint8_t *)farm_region_base(*r) + off;
 }
 
-static void backup_apply_one(farm_txm *m, const struct rec_obj *o,
+static void backup_apply_one(struct txloop *tl, const struct rec_obj *o,
                              farm_region *r, enum farm_as_role role, uint8_t *q,
                              const uint8_t *img)
 {
+	farm_txm *m = tl->m;
 	/* A new backup's record may come before the primary's COPY has the
 	 * copy opened (by the copy engine: copy_engine.c). Nothing is lost
 	 * by not applying it: the object is locked at the primary from
@@ -427,11 +428,11 @@ static void backup_apply_one(farm_txm *m, const struct rec_obj *o,
 		                                              o->lines, img)
 		                : farm_txn_copy_apply(q, o->lines, img, false);
 		if (done)
-			farm_stat_add(&m->st.v[S_BACKUP_APPLIES], 1);
+			txl_count(tl, S_BACKUP_APPLIES, 1);
 	} else if (r && role == FARM_AS_PRIMARY) {
 		/* Promoted by recovery, which applied or decided it. */
 	} else if (!r) {
-		farm_stat_add(&m->st.v[S_BACKUP_NOCOPY], 1);
+		txl_count(tl, S_BACKUP_NOCOPY, 1);
 	} else {
 		farm_stat_add(&m->st.v[S_BAD_RECORDS], 1);
 	}
@@ -453,7 +454,7 @@ static void backup_apply(struct txloop *tl, const uint8_t *rec)
 	struct rec_hdr h;
 	memcpy(&h, rec, sizeof(h));
 	if (farm_txn_aborted(tl, h.txid)) {
-		farm_stat_add(&m->st.v[S_BACKUP_SKIPPED], 1);
+		txl_count(tl, S_BACKUP_SKIPPED, 1);
 		return;
 	}
 	const struct rec_obj *o = rec_objs(rec);
@@ -469,7 +470,7 @@ static void backup_apply(struct txloop *tl, const uint8_t *rec)
 				__builtin_prefetch(q[i] + 64ull * l, 1, 3);
 		}
 		for (unsigned i = 0; i < n; i++) {
-			backup_apply_one(m, &o[g + i], r[i], role[i], q[i],
+			backup_apply_one(tl, &o[g + i], r[i], role[i], q[i],
 			                 img);
 			img += 64ull * o[g + i].lines;
 		}
@@ -501,7 +502,7 @@ static void truncate_to(struct txloop *tl, struct reader *rd, uint8_t *ring,
 			/* Must not happen (wq_truncatable): recovery would not
 			 * know the commit finished. Counted for the tests. */
 			if (h.cseq >= rd->lw)
-				farm_stat_add(&m->st.v[S_TRUNC_UNFINISHED], 1);
+				txl_count(tl, S_TRUNC_UNFINISHED, 1);
 			backup_apply(tl, rec);
 			if (tl->pend) /* recovery waits for its decision */
 				farm_txn_rec_truncated(tl, h.txid);

@@ -45,7 +45,7 @@ static void rd_again_post(farm_loop *loop, void *ctx, int status);
 
 static void rd_retry(struct rd_op *op)
 {
-	farm_stat_add_owned(&op->tl->c_lf_retries, 1);
+	txl_count(op->tl, S_LF_RETRIES, 1);
 	uint64_t now = farm_now_ns();
 	if (!op->busy_t0)
 		op->busy_t0 = now;
@@ -332,7 +332,7 @@ static inline __attribute__((always_inline)) void lf_finish(struct rd_op *op)
 		if (c->version_out)
 			*c->version_out = op->version;
 	}
-	farm_stat_add_owned(&op->tl->c_lf_reads, 1);
+	txl_count(op->tl, S_LF_READS, 1);
 	farm_op_fn cont = c->cont;
 	void *ctx = c->ctx;
 	int st = op->status;
@@ -484,7 +484,7 @@ static void txrd_done(struct rd_op *op)
 		(void)farm_txn_tx_gone(tx);
 		return;
 	}
-	farm_stat_add_owned(&tx->tl->c_tx_reads, 1);
+	txl_count(tx->tl, S_TX_READS, 1);
 	if (!st) {
 		/* Read twice meanwhile? */
 		struct txobj *o = tx_find(tx, op->a);
@@ -637,7 +637,7 @@ int farm_tx_read_local(farm_tx *tx, farm_gaddr a, uint32_t size,
 		                    .flags = TXO_READ,
 		                    .data = d};
 		*data = d;
-		farm_stat_add_owned(&tx->tl->c_tx_reads, 1);
+		txl_count(tx->tl, S_TX_READS, 1);
 	}
 	return rc;
 }

@@ -571,6 +571,7 @@ int farm_txm_attach(farm_txm *m, farm_loop *loop)
 	tl->m = m;
 	tl->loop = loop;
 	tl->t = t;
+	tl->lst = &m->lst[t];
 	tl->rand = farm_now_ns() ^ ((uint64_t)m->me << 32) ^ t;
 	tl->slots = calloc(TX_SLOTS, sizeof(*tl->slots));
 	tl->w = calloc(m->M, sizeof(*tl->w));
@@ -673,9 +674,6 @@ void farm_txm_detach(farm_txm *m, farm_loop *loop)
 		}
 	}
 	farm_txn_rec_detach(tl);
-	farm_stat_add(&m->st.v[S_LF_READS], atomic_load(&tl->c_lf_reads));
-	farm_stat_add(&m->st.v[S_LF_RETRIES], atomic_load(&tl->c_lf_retries));
-	farm_stat_add(&m->st.v[S_TX_READS], atomic_load(&tl->c_tx_reads));
 	txm_unpublish_loop(m, tl);
 	while (tl->rd_free_list) {
 		struct rd_op *op = tl->rd_free_list;
@@ -709,20 +707,15 @@ void farm_txm_stats_read(farm_txm *m, farm_txm_stats *out, size_t size)
 {
 	if (!m || !out)
 		return;
+	/* Each counter is the shared one plus every loop index's (txl_count;
+	 * a loop attaches only below T; a counter orders nothing, so relaxed,
+	 * util/stat.h). */
 	uint64_t v[S_NSTATS];
-	for (int i = 0; i < S_NSTATS; i++)
+	for (int i = 0; i < S_NSTATS; i++) {
 		v[i] = atomic_load_explicit(&m->st.v[i], memory_order_relaxed);
-	/* Loops' own counters (not while a loop detaches). */
-	for (unsigned i = 0; i < MAX_LOOPS; i++) {
-		struct txloop *tl = m->loops[i];
-		if (!tl)
-			continue;
-		v[S_LF_READS] += atomic_load_explicit(&tl->c_lf_reads,
-		                                      memory_order_relaxed);
-		v[S_LF_RETRIES] += atomic_load_explicit(&tl->c_lf_retries,
-		                                        memory_order_relaxed);
-		v[S_TX_READS] += atomic_load_explicit(&tl->c_tx_reads,
-		                                      memory_order_relaxed);
+		for (unsigned k = 0; k < m->T; k++)
+			v[i] += atomic_load_explicit(&m->lst[k].v[i],
+			                             memory_order_relaxed);
 	}
 	farm_txm_stats s = {.commits = v[S_COMMITS],
 	                    .commits_single = v[S_COMMITS_SINGLE],
