@@ -87,8 +87,9 @@ int farm_ctl_testing_unlocked_remove(bool on);
 struct farm_ctl *farm_ctl_open(farm_node *n, const char *data_dir);
 void farm_ctl_close(struct farm_ctl *c);
 /* Hold off answers (which read the layers' counters) while a loop
- * detaches from the transactions: farm_txm_stats_get reads each attached
- * loop's counters. NULL is fine. */
+ * detaches from the transactions (node.c). A precaution only now: the
+ * transactions' counters are per loop index in the manager
+ * (farm_txm_stats_read reads no loop's own state). NULL is fine. */
 void farm_ctl_lock(struct farm_ctl *c);
 void farm_ctl_unlock(struct farm_ctl *c);
 
