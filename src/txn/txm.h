@@ -110,38 +110,6 @@ void farm_txm_set_incarnation(farm_txm *m, uint32_t inc);
 void farm_txm_set_removed(farm_txm *m);
 
 /*
- * farm_txm_reconfigure() - the configuration became @cfg, with @members
- * (this machine among them) and without @removed (fenced already: they
- * can no longer write here), and @decider (its CM) deciding the removed
- * coordinators' transactions. Call it after the address space took the
- * view (farm_as_set_view), from any thread. Recovers the transaction
- * state (recover.c): regions this machine now is primary of are promoted
- * once their logs are drained and their locks recovered; every
- * transaction that was committing is decided. Returns 0 once it is
- * started; -ESTALE for a configuration not newer than the last.
- */
-/*
- * For a caller that starts many lock-free operations on one loop (a batch
- * of lookups): farm_txm_loop_attached() is farm_lf_begin's check, made
- * once (whether @loop is attached to @m: farm_txm_attach); then
- * farm_lf_begin_attached() and farm_lf_end_inline() are farm_lf_begin
- * and farm_lf_end without the check or a call, on that loop's thread.
- */
-bool farm_txm_loop_attached(farm_txm *m, farm_loop *loop);
-static inline void farm_lf_begin_attached(farm_lf_op *op)
-{
-	op->parity = farm_epoch_op_begin();
-	op->open = 1;
-}
-static inline void farm_lf_end_inline(farm_lf_op *op)
-{
-	if (op->open) {
-		op->open = 0;
-		farm_epoch_op_end(op->parity);
-	}
-}
-
-/*
  * farm_txm_serve_word() - reads (lock-free and transactional) succeed
  * only while CLOCK_MONOTONIC is below this word, else FARM_ELEASE: a
  * machine paused past its lease, perhaps removed, must not return what
@@ -182,6 +150,27 @@ static inline bool farm_txm_lease_held(_Atomic uint64_t *w)
 	 * asks for); pairs with the same release store. */
 	u = atomic_load_explicit(w, memory_order_acquire);
 	return u == UINT64_MAX || now < u;
+}
+
+/*
+ * For a caller that starts many lock-free operations on one loop (a batch
+ * of lookups): farm_txm_loop_attached() is farm_lf_begin's check, made
+ * once (whether @loop is attached to @m: farm_txm_attach); then
+ * farm_lf_begin_attached() and farm_lf_end_inline() are farm_lf_begin
+ * and farm_lf_end without the check or a call, on that loop's thread.
+ */
+bool farm_txm_loop_attached(farm_txm *m, farm_loop *loop);
+static inline void farm_lf_begin_attached(farm_lf_op *op)
+{
+	op->parity = farm_epoch_op_begin();
+	op->open = 1;
+}
+static inline void farm_lf_end_inline(farm_lf_op *op)
+{
+	if (op->open) {
+		op->open = 0;
+		farm_epoch_op_end(op->parity);
+	}
 }
 
 /*
@@ -264,6 +253,17 @@ unsigned farm_txm_datarec_stale_count(farm_txm *m);
 void farm_txm_quiesce(farm_txm *m, bool on);
 unsigned long farm_txm_commits_out(farm_txm *m);
 
+/*
+ * farm_txm_reconfigure() - the configuration became @cfg, with @members
+ * (this machine among them) and without @removed (fenced already: they
+ * can no longer write here), and @decider (its CM) deciding the removed
+ * coordinators' transactions. Call it after the address space took the
+ * view (farm_as_set_view), from any thread. Recovers the transaction
+ * state (recover.c): regions this machine now is primary of are promoted
+ * once their logs are drained and their locks recovered; every
+ * transaction that was committing is decided. Returns 0 once it is
+ * started; -ESTALE for a configuration not newer than the last.
+ */
 int farm_txm_reconfigure(farm_txm *m, uint64_t cfg, const uint32_t *removed,
                          unsigned nremoved, const uint32_t *members,
                          unsigned nmembers, uint32_t decider);
