@@ -431,17 +431,16 @@ get_start_in(struct get_op *g, struct get_group *group)
 			get_end(g, -ENOMEM, NULL, 0);
 		return;
 	}
-	if (!rc && group) { /* the shard's descriptor is cached: one READ */
-		unsigned i = group->nr++;
-		group->rg[i] = g;
-		group->rm[i] = d.machine;
-		group->rw[i] = farm_wr_read(0, g->img, g->l->mr, 2 * bb, &d,
-		                            farm_gaddr_offset(a));
-		return;
-	}
-	if (!rc) {
+	if (!rc) { /* the shard's descriptor is cached: one READ */
 		farm_wr wr = farm_wr_read(0, g->img, g->l->mr, 2 * bb, &d,
 		                          farm_gaddr_offset(a));
+		if (group) {
+			unsigned i = group->nr++;
+			group->rg[i] = g;
+			group->rm[i] = d.machine;
+			group->rw[i] = wr;
+			return;
+		}
 		rc = farm_loop_rdma(g->l->loop, d.machine, &wr,
 		                    bucket_read_done, g);
 	} else if (rc == -EAGAIN) {
