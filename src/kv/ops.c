@@ -21,8 +21,8 @@ int farm_kv_get(farm_kv *kv, farm_loop *loop, const void *key, uint32_t klen,
 
 _Static_assert(FARM_KV_GET_MANY_MAX <= FARM_HT_BATCH_MAX,
                "a window of gets is one farm_ht_get_many call");
-_Static_assert(FARM_KV_MAX_KEY <= FARM_HT_MAX_KEY,
-               "a key the store takes is one the table takes");
+_Static_assert(FARM_KV_MAX_KEY == FARM_HT_MAX_KEY,
+               "the store's keys are the table's");
 
 int farm_kv_get_many(farm_kv *kv, farm_loop *loop, unsigned n,
                      const void *const *keys, const uint32_t *klens,
@@ -38,39 +38,14 @@ int farm_kv_get_many(farm_kv *kv, farm_loop *loop, unsigned n,
 			                     ctxs[i]);
 		return 0;
 	}
-	/* The store's key limit first: the table's is its own. Every key
-	 * within it (the common case): the batch goes down as it came, and
-	 * the table can answer no key -E2BIG (its limit is no lower). */
-	unsigned bad = 0;
-	for (unsigned i = 0; i < n; i++)
-		bad |= (unsigned)(check_key(keys[i], klens[i]) != 0);
-	if (!bad) {
-		int rc = farm_ht_get_many(kv->ht, loop, n, keys, klens, cont,
-		                          ctxs, rcs);
-		for (unsigned i = 0; rc && i < n; i++)
-			rcs[i] = rc; /* a loop not attached: each key's */
-		return 0;
-	}
-	unsigned m = 0;
-	const void *ks[FARM_KV_GET_MANY_MAX];
-	uint32_t ls[FARM_KV_GET_MANY_MAX];
-	void *cs[FARM_KV_GET_MANY_MAX];
-	int rs[FARM_KV_GET_MANY_MAX];
-	unsigned at[FARM_KV_GET_MANY_MAX];
+	/* The table checks the keys as the store does (same limit, static
+	 * assert above); a key too long is the store's -EMSGSIZE. */
+	int rc =
+	        farm_ht_get_many(kv->ht, loop, n, keys, klens, cont, ctxs, rcs);
 	for (unsigned i = 0; i < n; i++) {
-		rcs[i] = check_key(keys[i], klens[i]);
-		if (rcs[i])
-			continue;
-		ks[m] = keys[i];
-		ls[m] = klens[i];
-		cs[m] = ctxs[i];
-		at[m++] = i;
+		int k = check_key(keys[i], klens[i]);
+		rcs[i] = k ? k : rc ? rc : rcs[i];
 	}
-	if (!m)
-		return 0;
-	int rc = farm_ht_get_many(kv->ht, loop, m, ks, ls, cont, cs, rs);
-	for (unsigned j = 0; j < m; j++)
-		rcs[at[j]] = rc ? rc : rs[j] == -E2BIG ? -EMSGSIZE : rs[j];
 	return 0;
 }
 
