@@ -136,12 +136,37 @@ static inline void obj_pack(uint8_t *img, unsigned lines, const uint8_t *in,
 		memcpy(img + 64u * l, &v16, 2);
 }
 
-/* Whether line @l of @img holds another version than @v16 (a torn copy). */
-static inline bool obj_line_stale(const uint8_t *img, unsigned l, uint16_t v16)
+/* Whether a line whose first word is @word holds another version than
+ * @v16 (a torn copy). */
+static inline bool obj_word_stale(uint64_t word, uint16_t v16)
 {
 	uint16_t x;
-	memcpy(&x, img + 64u * l, 2);
+	memcpy(&x, &word, 2);
 	return x != v16 && !FARM_FAULT_SWITCH(FARM_FP_OBJ_NO_LINE_CHECK);
+}
+
+/* Whether line @l of @img holds another version than @v16. */
+static inline bool obj_line_stale(const uint8_t *img, unsigned l, uint16_t v16)
+{
+	uint64_t word;
+	memcpy(&word, img + 64u * l, 8);
+	return obj_word_stale(word, v16);
+}
+
+/* An object's header (version @v, incarnation word @w) checked alone, as
+ * line 0 is one consistent line: -EAGAIN when locked for an install,
+ * FARM_EFREED when not allocated or of another incarnation count than
+ * @want_incarn (UINT64_MAX: any), -EINVAL when @lines runs past the
+ * object's recorded size; else 0. */
+static inline int obj_hdr_check(uint64_t v, uint64_t w, unsigned lines,
+                                uint64_t want_incarn)
+{
+	if ((v & OBJ_LOCK_MASK) == OBJ_LOCK_EXCL)
+		return -EAGAIN;
+	if (!farm_incarn_allocated(w) ||
+	    (want_incarn != UINT64_MAX && farm_incarn_count(w) != want_incarn))
+		return FARM_EFREED;
+	return lines > farm_incarn_lines(w) ? -EINVAL : 0;
 }
 
 /*
@@ -158,14 +183,9 @@ static inline int obj_check(const uint8_t *img, unsigned lines,
 	uint64_t v, w;
 	memcpy(&v, img, 8);
 	memcpy(&w, img + 8, 8);
-	if ((v & OBJ_LOCK_MASK) == OBJ_LOCK_EXCL)
-		return -EAGAIN;
-	/* Line 0 is one consistent line: its header can be trusted alone. */
-	if (!farm_incarn_allocated(w) ||
-	    (want_incarn != UINT64_MAX && farm_incarn_count(w) != want_incarn))
-		return FARM_EFREED;
-	if (lines > farm_incarn_lines(w))
-		return -EINVAL;
+	int rc = obj_hdr_check(v, w, lines, want_incarn);
+	if (rc)
+		return rc;
 	uint16_t v16 = obj_v16(v & ~OBJ_LOCK_MASK);
 	if (lines == 2) { /* the common small object: no loop */
 		if (obj_line_stale(img, 1, v16))
@@ -208,13 +228,11 @@ static inline int obj_read_lines(const uint8_t *p, unsigned lines,
 	/* The copy's loads before the re-load of the word; pairs with the
 	 * install's store of the lock value before its data. */
 	atomic_thread_fence(memory_order_acquire);
-	if (atomic_load_explicit(h, memory_order_relaxed) != v ||
-	    (v & OBJ_LOCK_MASK) == OBJ_LOCK_EXCL)
+	if (atomic_load_explicit(h, memory_order_relaxed) != v)
 		return -EAGAIN;
-	if (!farm_incarn_allocated(w))
-		return FARM_EFREED;
-	if (lines > farm_incarn_lines(w))
-		return -EINVAL;
+	int rc = obj_hdr_check(v, w, lines, UINT64_MAX);
+	if (rc)
+		return rc;
 	uint16_t v16 = obj_v16(v & ~OBJ_LOCK_MASK);
 	for (unsigned l = 1; l < lines; l++) {
 		const uint8_t *q = p + 64u * l;
@@ -224,9 +242,7 @@ static inline int obj_read_lines(const uint8_t *p, unsigned lines,
 		 * version, the lock value before its data, the new one after.
 		 */
 		uint64_t a = atomic_load_explicit(lw, memory_order_acquire);
-		uint16_t x;
-		memcpy(&x, &a, 2);
-		if (x != v16 && !FARM_FAULT_SWITCH(FARM_FP_OBJ_NO_LINE_CHECK))
+		if (obj_word_stale(a, v16))
 			return -EAGAIN;
 		uint32_t n = FARM_MIN(size - done, OBJ_LINE_DATA);
 		obj_copy_line(out + done, q + 2, n);
