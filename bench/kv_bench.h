@@ -256,7 +256,7 @@ static inline void make_key(uint64_t i, uint8_t *k)
 
 /* Value of key @i, g_opt.vsize bytes: @i, then a pattern that moves with
  * @gen (byte j is 'a' + (j + gen) % 26), copied 26 bytes at a time from
- * the alphabet twice over: a division per byte was 4% of a YCSB-A
+ * the alphabet twice over: a division per byte was 3% of a YCSB-A
  * operation's instructions, counted against the machines' cores. */
 static inline void make_val(uint64_t i, uint32_t gen, uint8_t *v)
 {
