@@ -439,9 +439,8 @@ void farm_ht_stats_get(farm_ht *h, struct farm_ht_stats *out)
 {
 	if (!h || !out)
 		return;
-	uint64_t v[16];
+	uint64_t v[16] = {0};
 	for (int i = 0; i < 16; i++) {
-		v[i] = atomic_load_explicit(&h->st.v[i], memory_order_relaxed);
 		for (unsigned k = 0; k < MAX_LOOPS; k++)
 			v[i] += atomic_load_explicit(&h->lst[k].v[i],
 			                             memory_order_relaxed);

@@ -103,7 +103,7 @@ struct htloop {
 	struct pending *free_pend;
 	unsigned nfree_pend;
 	struct farm_as_rcache rc; /* where shards are */
-	struct ht_counters *lst;  /* this loop's lookup counters (in farm_ht) */
+	struct ht_counters *lst;  /* this loop's counters (in farm_ht) */
 	/* Lookups (farm_ht_get, farm_ht_get_first) started and not yet
 	 * answered: each holds a pool buffer (a READ may still land in it)
 	 * and comes back to this state on a later pass. */
@@ -162,7 +162,6 @@ struct farm_ht {
 	struct farm_ht_shard shards[FARM_HT_MAX_SHARDS];
 	unsigned nshards;
 	struct htloop *loops[MAX_LOOPS];
-	struct ht_counters st;
 	/* Counters per loop index, each written by that loop's thread alone
 	 * (hl_count, ht_count): lookups', shipped writes' (puts, deletes)
 	 * and the owner's batches' (combined, hops, chain blocks). A locked
