@@ -39,12 +39,18 @@ int farm_kv_get_many(farm_kv *kv, farm_loop *loop, unsigned n,
 		return 0;
 	}
 	/* The table checks the keys as the store does (same limit, static
-	 * assert above); a key too long is the store's -EMSGSIZE. */
+	 * assert above) and answers as it does but for a key too long: the
+	 * table's -E2BIG is the store's -EMSGSIZE. With the whole call
+	 * refused (a loop not attached), each key its own error first. */
 	int rc =
 	        farm_ht_get_many(kv->ht, loop, n, keys, klens, cont, ctxs, rcs);
 	for (unsigned i = 0; i < n; i++) {
-		int k = check_key(keys[i], klens[i]);
-		rcs[i] = k ? k : rc ? rc : rcs[i];
+		if (rc) {
+			int k = check_key(keys[i], klens[i]);
+			rcs[i] = k ? k : rc;
+		} else if (rcs[i] == -E2BIG) {
+			rcs[i] = -EMSGSIZE;
+		}
 	}
 	return 0;
 }
