@@ -13,14 +13,14 @@
  * and a writer thread installing bucket images over a pair (the install
  * protocol of txn/object.h) while batches read it: a value is never torn;
  * and a new version of a bucket installed inside the window of a found
- * slot's copy (after line 0, before the slot's lines), every time: the
+ * slot's read (after its header and key, before its value), every time: the
  * answer is one version's value, never the header of one and the value
  * of the other; the same window for farm_ht_get's local lookup, which
  * answers a found key from its slot alone too (every other lookup there
  * through farm_ht_get_many, whose local lookups complete the same way).
  *
- * --broken: only those last two cases, with the slot's line versions not
- * compared with line 0's (FARM_FP_HT_SLOT_NO_CHECK): a torn value must be
+ * --broken: only those last two cases, with the found slot's reads not
+ * checked afterwards (FARM_FP_HT_SLOT_NO_CHECK): a torn value must be
  * seen by each.
  */
 #include "asnodes.h"
@@ -595,12 +595,12 @@ static bool window_whole(const struct farm_ht_lkey *lk, uint8_t x)
 }
 
 /*
- * The key found in place, its slot copied alone; inside the window every
- * lookup has a new version of the bucket installed (by the delay hook,
- * synchronously). Line 0 then is of the old version, the slot's other
- * lines of the new: the copy must be refused (and the whole pair decide)
- * or the answer be unresolved, never the old header's length over the
- * new value's bytes.
+ * The key found in place and answered from its slot alone; inside the
+ * window every lookup has a new version of the bucket installed (by the
+ * delay hook, synchronously). The slot's header was read at the old
+ * version, its value is read at the new: the answer must be refused (and
+ * the whole pair decide) or be unresolved, never the old header's length
+ * over the new value's bytes.
  */
 static void test_window(void **state)
 {

@@ -5,7 +5,8 @@
  * a group hashes every key and prefetches every home bucket first, so the
  * misses of the whole group are in flight at once (and the next group is
  * hashed meanwhile), then searches each home bucket where it lies and
- * copies and checks only the slot found (ht_pair.c); a key not found there
+ * answers a key found from its slot alone, its reads checked against the
+ * bucket's header (ht_pair.c, farm_ht_pair_get_in); a key not found there
  * has its other bucket prefetched and searched a group later, and a key
  * in neither has its whole pair copied and searched as farm_ht_get does,
  * its home's chain walked while its blocks are here. The configuration
@@ -17,6 +18,7 @@
 
 #include <errno.h>
 #include <stdatomic.h>
+#include <string.h>
 
 #include "txn/object.h"
 #include "txn/txm.h"
@@ -131,52 +133,34 @@ static void batch_chain(farm_ht *h, struct htloop *l, struct farm_ht_lkey *k,
 		k->status = -ENOENT;
 }
 
-/* Key @k's answer from its slot @slot alone, found by a search of the
- * pair in place: that slot's lines copied into @img and checked
- * (farm_ht_pair_slot_copy), the key matched again in the copy, its value
- * copied to @out. A found key needs no more than that: its slot as of
- * one instant of its bucket is a committed state of the key, whatever
- * the rest of the pair held then. False: the whole pair's copy decides. */
-static bool batch_slot(farm_ht *h, struct farm_ht_lkey *k, unsigned slot,
-                       uint8_t *img, uint8_t *out)
+/* Stage 3 for key @k: its home bucket searched where it lies (the lines
+ * the prefetch brought), a key found answered from its slot alone, its
+ * value copied to @out (farm_ht_pair_get_in). False: not found so (or its
+ * slot changed meanwhile); the other bucket decides. */
+static bool batch_home(farm_ht *h, struct farm_ht_lkey *k, uint8_t *out)
 {
-	uint8_t hdr[8];
-	if (farm_ht_pair_slot_copy(h, k->lp, slot, img) ||
-	    !farm_ht_pair_slot_is(h, img, slot, k->key, k->klen, k->hash,
-	                          hdr) ||
-	    (hdr[0] & SLOT_INDIRECT) || slot_vlen(hdr) > h->V)
+	if (farm_ht_pair_get_in(h, k->lp, 0, h->spb, k->key, k->klen, k->hash,
+	                        out, &k->vlen))
 		return false;
-	k->vlen = slot_vlen(hdr);
-	farm_ht_pair_val_read(h, img, slot, k->vlen, out);
 	k->val = out;
 	k->status = 0;
 	return true;
 }
 
-/* Stage 3 for key @k: its home bucket searched where it lies (the lines
- * the prefetch brought), the slot found copied and checked alone. False:
- * not found so (or its slot changed meanwhile); the other bucket decides. */
-static bool batch_home(farm_ht *h, struct farm_ht_lkey *k, uint8_t *img,
-                       uint8_t *out)
-{
-	uint8_t hdr[8];
-	int slot = farm_ht_pair_find_in(h, k->lp, 0, h->spb, k->key, k->klen,
-	                                k->hash, hdr);
-	return slot >= 0 && batch_slot(h, k, (unsigned)slot, img, out);
-}
-
 /* Stage 4 for key @k, not found in its home bucket: the other bucket
- * searched in place as batch_home searches; a key not found there either
+ * searched in place and a key found answered as batch_home answers; a
+ * key not found there either
  * has its whole pair copied into @img, checked and searched again, its
  * chain walked, as farm_ht_get does. A value found is copied to @out. */
 static void batch_rest(farm_ht *h, struct htloop *l, struct farm_ht_lkey *k,
                        uint8_t *img, uint8_t *out)
 {
-	uint8_t hdr[8];
-	int slot = farm_ht_pair_find_in(h, k->lp, h->spb, 2 * h->spb, k->key,
-	                                k->klen, k->hash, hdr);
-	if (slot >= 0 && batch_slot(h, k, (unsigned)slot, img, out))
+	if (!farm_ht_pair_get_in(h, k->lp, h->spb, 2 * h->spb, k->key, k->klen,
+	                         k->hash, out, &k->vlen)) {
+		k->val = out;
+		k->status = 0;
 		return;
+	}
 	/* Absent from the pair, or torn: only a whole, consistent pair
 	 * says a key is not there (a hop moves it between the buckets). */
 	if (!farm_lines_copy(img, k->lp, 128ull * h->bucket_lines, LINE_TRIES))
@@ -188,7 +172,8 @@ static void batch_rest(farm_ht *h, struct htloop *l, struct farm_ht_lkey *k,
 			k->status = rc;
 		return;
 	}
-	slot = farm_ht_pair_find(h, img, k->key, k->klen, k->hash, hdr);
+	uint8_t hdr[8];
+	int slot = farm_ht_pair_find(h, img, k->key, k->klen, k->hash, hdr);
 	if (slot < 0) {
 		farm_fatptr ovf = farm_ht_pair_overflow(img);
 		if (ovf.addr)
@@ -233,11 +218,11 @@ static void batch_pend_run(farm_ht *h, struct htloop *l,
  * a group's misses are half the lines. (Measured slower on one core: a
  * rolling window, each key prefetched that many keys ahead of its search;
  * the next group hashed between this group's prefetches instead of after
- * them.) Slots and pairs are copied into one image that stays in the L1
- * cache; only a found value goes to the key's part of @scratch (a call's
- * pair images would fill the cache and evict the pairs prefetched). Pairs
- * larger than it (values of hundreds of bytes inline) are copied into the
- * key's part. */
+ * them.) A found value goes to the key's part of @scratch. The pairs a
+ * home and its other bucket do not answer are copied into one image that
+ * stays in the L1 cache (a call's pair images would fill the cache and
+ * evict the pairs prefetched); pairs larger than it (values of hundreds
+ * of bytes inline) into the key's part. */
 static void batch_groups(farm_ht *h, struct htloop *l,
                          struct farm_ht_lkey *keys, unsigned n,
                          uint8_t *scratch, bool hashed)
@@ -262,7 +247,7 @@ static void batch_groups(farm_ht *h, struct htloop *l,
 		for (unsigned i = g; i < e; i++) {
 			struct farm_ht_lkey *k = &keys[i];
 			uint8_t *out = scratch + (size_t)i * span;
-			if (!k->lp || batch_home(h, k, one ? one : out, out))
+			if (!k->lp || batch_home(h, k, out))
 				continue;
 			batch_prefetch(h, k, 1);
 			pend.idx[pend.n++] = (uint8_t)i;

@@ -324,35 +324,28 @@ static void bucket_read_done(farm_loop *loop, void *ctx, int status)
 	get_buckets(g);
 }
 
-/* A local lookup's key searched in its pair where it lies, and the slot
- * found copied and checked alone (farm_ht_pair_slot_copy: its lines as
- * of one instant of its bucket, their versions against line 0's), the key
- * matched again in that copy: as farm_ht_get_local_batch answers a found
- * key (ht_batch.c, batch_slot), a slot as of one instant of its bucket is
- * a committed state of the key whatever the other bucket held. Answers
- * and returns true only for an inline value found so in the
- * configuration the lookup started in; false: the whole pair's copy
+/* A local lookup's key searched in its pair where it lies, and a key
+ * found answered from its slot alone (farm_ht_pair_get_in: the slot's
+ * reads checked against its bucket's header), as farm_ht_get_local_batch
+ * answers a found key (ht_batch.c, batch_home): a slot as of one instant
+ * of its bucket is a committed state of the key whatever the other bucket
+ * held. Answers and returns true only for an inline value found so in
+ * the configuration the lookup started in; false: the whole pair's copy
  * decides (absent keys, chains, objects, a slot that changed). */
 static bool get_local_slot(struct get_op *g, unsigned lo, unsigned hi)
 {
 	farm_ht *h = g->h;
-	uint8_t hdr[8];
-	int slot = farm_ht_pair_find_in(h, g->lp, lo, hi, g->key, g->klen,
-	                                g->hash, hdr);
-	if (slot < 0 ||
-	    farm_ht_pair_slot_copy(h, g->lp, (unsigned)slot, g->img) ||
-	    !farm_ht_pair_slot_is(h, g->img, (unsigned)slot, g->key, g->klen,
-	                          g->hash, hdr) ||
-	    (hdr[0] & SLOT_INDIRECT) || slot_vlen(hdr) > h->V)
+	uint32_t vl;
+	if (farm_ht_pair_get_in(h, g->lp, lo, hi, g->key, g->klen, g->hash,
+	                        g->img, &vl))
 		return false;
-	/* As get_buckets: the copy's loads before the configuration id's
+	/* As get_buckets: the reads' loads before the configuration id's
 	 * (pairs with the release store of the id in
 	 * farm_as_set_view_placed, as_view.c). */
 	atomic_thread_fence(memory_order_acquire);
 	if (ht_config_id(h) != g->cfg)
 		return false;
-	uint32_t vl = slot_vlen(hdr);
-	get_end(g, 0, farm_ht_pair_val(h, g->img, (unsigned)slot, vl), vl);
+	get_end(g, 0, g->img, vl);
 	return true;
 }
 

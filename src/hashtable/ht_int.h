@@ -348,14 +348,21 @@ int farm_ht_pair_find_in(const farm_ht *h, const uint8_t *img, unsigned lo,
 bool farm_ht_pair_slot_is(const farm_ht *h, const uint8_t *img, unsigned slot,
                           const void *key, uint32_t klen, uint64_t hash,
                           uint8_t hdr[8]);
-/* One slot of the bucket pair at @pair (the table's memory) copied
- * consistently into the pair image @img, at its place there: line 0 of its
- * bucket and the lines that hold the slot, each line as one instant
- * (farm_line_copy), their versions checked against the bucket's header as
- * obj_check does. Only those lines of @img are written. 0; -EAGAIN (being
- * installed, or a line kept changing); FARM_ECORRUPT (not a bucket). */
-int farm_ht_pair_slot_copy(const farm_ht *h, const uint8_t *pair, unsigned slot,
-                           uint8_t *img);
+/* @key searched in slots [@lo, @hi) of the bucket pair at @pair (the
+ * table's memory, where installs may run) where they lie, as
+ * farm_ht_pair_find_in searches an image, and a key found answered from
+ * its slot alone: its inline value copied to @out (room for V bytes), its
+ * length in *@vlen. The reads are checked afterwards: the slot's bucket
+ * header as it was before any of them, every line holding the slot of
+ * that header's version (a slot as of one instant of its bucket is a
+ * committed state of the key, whatever the rest of the pair held then).
+ * 0: found; -ENOENT: not found as the slots were read (which may have
+ * been torn: only a whole, checked pair says a key is absent); -EAGAIN:
+ * found but not answered so (its value in an object of its own, or the
+ * bucket changed or was being installed while read). */
+int farm_ht_pair_get_in(const farm_ht *h, const uint8_t *pair, unsigned lo,
+                        unsigned hi, const void *key, uint32_t klen,
+                        uint64_t hash, uint8_t *out, uint32_t *vlen);
 /* @n bytes at @off in slot @slot of the pair (its value: off 8 + K), or of
  * one object's data at @off (the image may be @out's own buffer: bytes move
  * only toward its start). */

@@ -10,11 +10,11 @@
 #include "hashtable/ht_int.h"
 
 #include <errno.h>
+#include <stdatomic.h>
 #include <string.h>
 
 #include "txn/object.h"
 #include "util/fault.h"
-#include "util/lines.h"
 
 /* Where the object's data byte @i is in its image: line 0 holds
  * OBJ_LINE0_DATA bytes after the header, every later line OBJ_LINE_DATA
@@ -180,11 +180,12 @@ static inline void hdr_get(const uint8_t *img, const struct ht_smap *m,
 /* The match of one slot, inlined into the search's loop: the search of a
  * pair runs it on every slot before the key's, and a call per slot (its
  * arguments, a stack frame for the rare paths) cost more than the
- * compares. @kf: the key length a matching header holds (0 for a long
- * key, whose hash is in the key area: @hb). */
-static inline bool slot_is(const uint8_t *img, const struct ht_smap *m,
-                           const uint8_t *key, uint32_t klen, uint8_t kf,
-                           const uint8_t *hb, uint8_t hdr[8])
+ * compares (forced: with three callers gcc calls it). @kf: the key length
+ * a matching header holds (0 for a long key, whose hash is in the key
+ * area: @hb). */
+static inline __attribute__((always_inline)) bool
+slot_is(const uint8_t *img, const struct ht_smap *m, const uint8_t *key,
+        uint32_t klen, uint8_t kf, const uint8_t *hb, uint8_t hdr[8])
 {
 	hdr_get(img, m, hdr);
 	if (!(hdr[0] & SLOT_USED) || hdr[1] != kf)
@@ -215,9 +216,9 @@ static inline bool probe_differs(const uint8_t *img, const struct ht_smap *m,
 	       get64(img + m->probe_at) != get64(key + m->probe_key);
 }
 
-int farm_ht_pair_find_in(const farm_ht *h, const uint8_t *img, unsigned lo,
-                         unsigned hi, const void *key, uint32_t klen,
-                         uint64_t hash, uint8_t hdr[8])
+static inline __attribute__((always_inline)) int
+find_in(const farm_ht *h, const uint8_t *img, unsigned lo, unsigned hi,
+        const void *key, uint32_t klen, uint64_t hash, uint8_t hdr[8])
 {
 	uint8_t hb[8];
 	put64(hb, hash);
@@ -231,6 +232,13 @@ int farm_ht_pair_find_in(const farm_ht *h, const uint8_t *img, unsigned lo,
 	return -1;
 }
 
+int farm_ht_pair_find_in(const farm_ht *h, const uint8_t *img, unsigned lo,
+                         unsigned hi, const void *key, uint32_t klen,
+                         uint64_t hash, uint8_t hdr[8])
+{
+	return find_in(h, img, lo, hi, key, klen, hash, hdr);
+}
+
 int farm_ht_pair_find(const farm_ht *h, const uint8_t *img, const void *key,
                       uint32_t klen, uint64_t hash, uint8_t hdr[8])
 {
@@ -238,38 +246,90 @@ int farm_ht_pair_find(const farm_ht *h, const uint8_t *img, const void *key,
 	                            hdr);
 }
 
-int farm_ht_pair_slot_copy(const farm_ht *h, const uint8_t *pair, unsigned slot,
-                           uint8_t *img)
+/* Whether slot @m, in the bucket of the pair at @pair (the table's
+ * memory) whose line 0 is line @b0 and whose header read @v (and
+ * incarnation word @w) before the slot was, is still as it was read: the
+ * reads' loads done, then the header still @v, every other line holding
+ * the slot of @v's version. An install stores a line's lock value before
+ * its data and its new version after (obj_install), so a line whose
+ * version is @v's after the reads had none of a later install's bytes
+ * when they ran: each line as of one instant, all of one version, as
+ * obj_read_lines checks an object it copies. */
+static inline bool slot_unchanged(const farm_ht *h, const struct ht_smap *m,
+                                  const uint8_t *pair, unsigned b0, uint64_t v,
+                                  uint64_t w)
 {
-	const struct ht_smap *m = &h->smap[slot];
-	unsigned L = h->bucket_lines, b0 = slot < h->spb ? 0 : L;
-	const uint8_t *src = pair + 64u * b0;
-	if (!farm_line_copy(img + 64u * b0, src, 64,
-	                    (const _Atomic uint64_t *)(const void *)src,
-	                    LINE_TRIES))
-		return -EAGAIN;
-	/* Line 0 alone checked, then each later line's version against it:
-	 * obj_check over the lines copied, as it checks a whole copy. */
-	uint64_t v, w;
-	int rc = obj_check(img + 64u * b0, 1, UINT64_MAX, &v, &w);
-	if (rc == -EAGAIN)
-		return -EAGAIN;
-	if (rc || farm_incarn_lines(w) < L)
-		return FARM_ECORRUPT; /* not a bucket */
-	uint16_t v16 = obj_v16(v);
-	FARM_FAULT_POINT(FARM_FP_HT_SLOT_WINDOW);
+	if (FARM_FAULT_SWITCH(FARM_FP_HT_SLOT_NO_CHECK))
+		return true;
+	/* The reads' loads before these; pairs with the install's release
+	 * fence between a line's lock value and its data. */
+	atomic_thread_fence(memory_order_acquire);
+	const _Atomic uint64_t *hw =
+	        (const _Atomic uint64_t *)(const void *)(pair + 64u * b0);
+	if (atomic_load_explicit(hw, memory_order_relaxed) != v ||
+	    obj_hdr_check(v, w, h->bucket_lines, UINT64_MAX))
+		return false; /* changed, being installed, or not a bucket */
+	uint16_t v16 = obj_v16(v & ~OBJ_LOCK_MASK);
 	for (unsigned l = m->line_lo > b0 ? m->line_lo : b0 + 1;
 	     l <= m->line_hi; l++) {
-		const uint8_t *p = pair + 64u * l;
-		uint16_t x;
-		if (!farm_line_copy(img + 64u * l, p, 64,
-		                    (const _Atomic uint64_t *)(const void *)p,
-		                    LINE_TRIES))
-			return -EAGAIN;
-		memcpy(&x, img + 64u * l, 2);
-		if (x != v16 && !FARM_FAULT_SWITCH(FARM_FP_HT_SLOT_NO_CHECK))
-			return -EAGAIN;
+		const _Atomic uint16_t *lw =
+		        (const _Atomic uint16_t *)(const void *)(pair +
+		                                                 64u * l);
+		if (atomic_load_explicit(lw, memory_order_relaxed) != v16)
+			return false;
 	}
+	return true;
+}
+
+/* Slot @m's first @n value bytes (@n <= V, its pieces mapped) from the
+ * table's memory @pair to @out: the pieces at most a line each. */
+static inline void val_copy(const struct ht_smap *m, const uint8_t *pair,
+                            uint32_t n, uint8_t *out)
+{
+	for (unsigned p = 0; p < m->nvpieces && n; p++) {
+		uint32_t k = n < m->val_n[p] ? n : m->val_n[p];
+		obj_copy_line(out, pair + m->val_at[p], k);
+		out += k;
+		n -= k;
+	}
+}
+
+int farm_ht_pair_get_in(const farm_ht *h, const uint8_t *pair, unsigned lo,
+                        unsigned hi, const void *key, uint32_t klen,
+                        uint64_t hash, uint8_t *out, uint32_t *vlen)
+{
+	unsigned L = h->bucket_lines;
+	/* Both buckets' headers before any slot is read: the one of the
+	 * slot found is what its lines are checked against. Pairs with the
+	 * install's release store of the header's new version
+	 * (obj_install). */
+	const _Atomic uint64_t *hw[2] = {
+	        (const _Atomic uint64_t *)(const void *)pair,
+	        (const _Atomic uint64_t *)(const void *)(pair + 64u * L)};
+	uint64_t v[2] = {0, 0}, w[2] = {0, 0};
+	for (unsigned b = lo < h->spb ? 0 : 1; b < (hi > h->spb ? 2u : 1u);
+	     b++) {
+		v[b] = atomic_load_explicit(hw[b], memory_order_acquire);
+		w[b] = atomic_load_explicit(hw[b] + 1, memory_order_relaxed);
+	}
+	uint8_t hdr[8];
+	int slot = find_in(h, pair, lo, hi, key, klen, hash, hdr);
+	if (slot < 0)
+		return -ENOENT;
+	const struct ht_smap *m = &h->smap[slot];
+	unsigned b = (unsigned)slot >= h->spb;
+	uint32_t n = slot_vlen(hdr);
+	if ((hdr[0] & SLOT_INDIRECT) || n > h->V)
+		return -EAGAIN; /* an object of its own, or a torn header */
+	FARM_FAULT_POINT(FARM_FP_HT_SLOT_WINDOW);
+	if (m->nvpieces)
+		val_copy(m, pair, n, out);
+	else
+		farm_ht_pair_slot_read(h, pair, (unsigned)slot, 8 + h->K, n,
+		                       out);
+	if (!slot_unchanged(h, m, pair, b * L, v[b], w[b]))
+		return -EAGAIN;
+	*vlen = n;
 	return 0;
 }
 

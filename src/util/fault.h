@@ -274,14 +274,15 @@ enum farm_fault_point {
 	 * --broken: the stopped machine's removal must be seen waited
 	 * for). */
 	FARM_FP_REC_SUSPECT_AS_DEAD,
-	/* hashtable/ht_pair.c (farm_ht_pair_slot_copy), a delay point: a
-	 * found key's slot being copied alone, its bucket's line 0 copied and
-	 * the lines holding the slot not yet (tests/test_ht_batch.c installs
-	 * a new version of the bucket there). */
+	/* hashtable/ht_pair.c (farm_ht_pair_get_in), a delay point: a key
+	 * found in its slot where it lies, its header and key read, its
+	 * value not yet (tests/test_ht_batch.c installs a new version of the
+	 * bucket there). */
 	FARM_FP_HT_SLOT_WINDOW,
-	/* ht_pair.c, a switch: while hooked, those later lines' versions are
-	 * not compared with line 0's, so a slot of two versions of its bucket
-	 * is taken (test_ht_batch --broken must see a torn value). */
+	/* ht_pair.c, a switch: while hooked, those reads are not checked
+	 * afterwards (the bucket's header unchanged, the slot's lines of its
+	 * version), so a slot of two versions of its bucket is taken
+	 * (test_ht_batch --broken must see a torn value). */
 	FARM_FP_HT_SLOT_NO_CHECK,
 	/* hashtable/ht_ship.c, a delay point: a batch of shipped writes
 	 * about to start on the shard's owner, after they were accepted
