@@ -9,7 +9,8 @@
  * bucket's header (ht_pair.c, farm_ht_pair_get_in); a key not found there
  * has its other bucket prefetched and searched a group later, and a key
  * in neither has its whole pair copied and searched as farm_ht_get does,
- * its home's chain walked while its blocks are here. The configuration
+ * its home's chain walked while its blocks are here (the first one
+ * prefetched, and walked a group later again). The configuration
  * and the lease are checked once for the call. What it cannot answer so
  * (pairs in objects of their own, pairs being written, shards and chain
  * blocks elsewhere) it leaves to farm_ht_get.
@@ -147,14 +148,57 @@ static bool batch_home(farm_ht *h, struct farm_ht_lkey *k, uint8_t *out)
 	return true;
 }
 
-/* Stage 4 for key @k, not found in its home bucket: the other bucket
- * searched in place and a key found answered as batch_home answers; a
- * key not found there either
- * has its whole pair copied into @img, checked and searched again, its
- * chain walked, as farm_ht_get does. A value found is copied to @out. */
-static void batch_rest(farm_ht *h, struct htloop *l, struct farm_ht_lkey *k,
-                       uint8_t *img, uint8_t *out)
+/* The keys in neither bucket of their pair whose home has a chain, the
+ * chain's first block on its way while the next group's are issued. */
+struct batch_chains {
+	unsigned n;
+	uint8_t idx[FARM_HT_BATCH_GROUP];
+	uint64_t fwd[FARM_HT_BATCH_GROUP]; /* the pair's joint version */
+	farm_fatptr p[FARM_HT_BATCH_GROUP];
+};
+
+/* Key @i's chain from block @p on, its pair's joint version @fwd: its
+ * first block prefetched when it is here, the walk queued on @cq (a group
+ * later: batch_chains_run). */
+static void batch_chain_queue(farm_ht *h, struct htloop *l,
+                              struct batch_chains *cq, unsigned i, uint64_t fwd,
+                              farm_fatptr p)
 {
+	uint8_t *lp;
+	farm_mr_desc d;
+	uint64_t bytes = 64ull * h->block_lines;
+	if (!farm_as_resolve_cached(h->as, &l->rc, p.addr, bytes, &lp, &d) &&
+	    lp)
+		for (uint64_t o = 0; o < bytes; o += 64)
+			__builtin_prefetch(lp + o, 0, 3);
+	cq->idx[cq->n] = (uint8_t)i;
+	cq->fwd[cq->n] = fwd;
+	cq->p[cq->n++] = p;
+}
+
+static void batch_chains_run(farm_ht *h, struct htloop *l,
+                             struct farm_ht_lkey *keys, struct batch_chains *cq,
+                             uint8_t *one, uint8_t *scratch, uint32_t span)
+{
+	for (unsigned j = 0; j < cq->n; j++) {
+		unsigned i = cq->idx[j];
+		uint8_t *out = scratch + (size_t)i * span;
+		batch_chain(h, l, &keys[i], one ? one : out, out, cq->fwd[j],
+		            cq->p[j]);
+	}
+	cq->n = 0;
+}
+
+/* Stage 4 for key @i, not found in its home bucket: the other bucket
+ * searched in place and a key found answered as batch_home answers; a
+ * key not found there either has its whole pair copied into @img,
+ * checked and searched again, its chain queued on @cq, as farm_ht_get
+ * does. A value found is copied to @out. */
+static void batch_rest(farm_ht *h, struct htloop *l, struct farm_ht_lkey *keys,
+                       unsigned i, struct batch_chains *cq, uint8_t *img,
+                       uint8_t *out)
+{
+	struct farm_ht_lkey *k = &keys[i];
 	if (!farm_ht_pair_get_in(h, k->lp, h->spb, 2 * h->spb, k->key, k->klen,
 	                         k->hash, out, &k->vlen)) {
 		k->val = out;
@@ -177,7 +221,7 @@ static void batch_rest(farm_ht *h, struct htloop *l, struct farm_ht_lkey *k,
 	if (slot < 0) {
 		farm_fatptr ovf = farm_ht_pair_overflow(img);
 		if (ovf.addr)
-			batch_chain(h, l, k, img, out, fwd, ovf);
+			batch_chain_queue(h, l, cq, i, fwd, ovf);
 		else
 			k->status = -ENOENT;
 		return;
@@ -199,12 +243,13 @@ struct batch_pend {
 
 static void batch_pend_run(farm_ht *h, struct htloop *l,
                            struct farm_ht_lkey *keys, struct batch_pend *p,
-                           uint8_t *one, uint8_t *scratch, uint32_t span)
+                           struct batch_chains *cq, uint8_t *one,
+                           uint8_t *scratch, uint32_t span)
 {
 	for (unsigned j = 0; j < p->n; j++) {
 		unsigned i = p->idx[j];
 		uint8_t *out = scratch + (size_t)i * span;
-		batch_rest(h, l, &keys[i], one ? one : out, out);
+		batch_rest(h, l, keys, i, cq, one ? one : out, out);
 	}
 	p->n = 0;
 }
@@ -215,14 +260,17 @@ static void batch_pend_run(farm_ht *h, struct htloop *l,
  * Most keys are in their home bucket (70% at 85% occupancy), so the other
  * bucket is fetched only for a key not found there, and searched after
  * the next group's prefetches are issued: it has their time to come, and
- * a group's misses are half the lines. (Measured slower on one core: a
- * rolling window, each key prefetched that many keys ahead of its search;
- * the next group hashed between this group's prefetches instead of after
- * them.) A found value goes to the key's part of @scratch. The pairs a
- * home and its other bucket do not answer are copied into one image that
- * stays in the L1 cache (a call's pair images would fill the cache and
- * evict the pairs prefetched); pairs larger than it (values of hundreds
- * of bytes inline) into the key's part. */
+ * a group's misses are half the lines. A key in neither bucket (3% at
+ * 85%) has its chain's first block prefetched then and walked a group
+ * later still, as G-Opt makes each dependent miss a stage of its own: a
+ * block read when it is found waits a whole miss. (Measured slower on one
+ * core: a rolling window, each key prefetched that many keys ahead of its
+ * search; the next group hashed between this group's prefetches instead
+ * of after them.) A found value goes to the key's part of @scratch. The
+ * pairs a home and its other bucket do not answer are copied into one
+ * image that stays in the L1 cache (a call's pair images would fill the
+ * cache and evict the pairs prefetched); pairs larger than it (values of
+ * hundreds of bytes inline) into the key's part. */
 static void batch_groups(farm_ht *h, struct htloop *l,
                          struct farm_ht_lkey *keys, unsigned n,
                          uint8_t *scratch, bool hashed)
@@ -232,6 +280,7 @@ static void batch_groups(farm_ht *h, struct htloop *l,
 	uint8_t *one = span <= sizeof(work) ? &work[0] : NULL;
 	const unsigned G = FARM_HT_BATCH_GROUP;
 	struct batch_pend pend = {0};
+	struct batch_chains chains = {0};
 	batch_stage1(h, l, keys, 0, n < G ? n : G, hashed);
 	for (unsigned g = 0; g < n; g += G) {
 		unsigned e = n - g < G ? n : g + G;
@@ -242,8 +291,10 @@ static void batch_groups(farm_ht *h, struct htloop *l,
 		/* The next group's hashing while this group's misses are
 		 * in flight. */
 		batch_stage1(h, l, keys, e, ne, hashed);
-		/* The previous group's other buckets have had that time. */
-		batch_pend_run(h, l, keys, &pend, one, scratch, span);
+		/* The chains the group before it queued, and the previous
+		 * group's other buckets, have had that time. */
+		batch_chains_run(h, l, keys, &chains, one, scratch, span);
+		batch_pend_run(h, l, keys, &pend, &chains, one, scratch, span);
 		for (unsigned i = g; i < e; i++) {
 			struct farm_ht_lkey *k = &keys[i];
 			uint8_t *out = scratch + (size_t)i * span;
@@ -253,7 +304,9 @@ static void batch_groups(farm_ht *h, struct htloop *l,
 			pend.idx[pend.n++] = (uint8_t)i;
 		}
 	}
-	batch_pend_run(h, l, keys, &pend, one, scratch, span);
+	batch_chains_run(h, l, keys, &chains, one, scratch, span);
+	batch_pend_run(h, l, keys, &pend, &chains, one, scratch, span);
+	batch_chains_run(h, l, keys, &chains, one, scratch, span);
 }
 
 static int local_batch(farm_ht *h, farm_loop *loop, struct farm_ht_lkey *keys,
