@@ -39,8 +39,8 @@ uint32_t farm_ht_batch_bytes(const farm_ht *h)
 struct batch_shards {
 	struct {
 		const struct farm_ht_shard *sd; /* NULL: empty */
-		uint8_t *base; /* its bucket 0 here, or NULL */
-		bool remote;   /* another machine's, whole */
+		uint8_t *base;                  /* its bucket 0 here, or NULL */
+		bool remote;                    /* another machine's, whole */
 	} e[BATCH_SHARDS];
 };
 
