@@ -115,10 +115,15 @@ static int finish_opts(struct explicit_opts set)
 			g_opt.log_size <<= 1;
 	}
 	g_opt.secs_set = set.secs;
-	if (g_opt.pages && (kb_inner || g_opt.demo || !bnet_shm(&g_opt.net))) {
+	if (g_opt.pages && (g_opt.demo || !bnet_shm(&g_opt.net))) {
 		fprintf(stderr,
 		        PROG ": --pages: kv_bench's own runs on the shm "
 		             "fabric only (not --demo)\n");
+		return -EINVAL;
+	}
+	if (kb_inner && g_opt.pages == BP_BOTH) {
+		fprintf(stderr, PROG ": --pages: one page size a run (4k or "
+		                     "2m)\n");
 		return -EINVAL;
 	}
 	if (g_opt.demo && g_opt.any_mix) {
