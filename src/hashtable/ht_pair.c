@@ -299,25 +299,29 @@ int farm_ht_pair_get_in(const farm_ht *h, const uint8_t *pair, unsigned lo,
                         uint64_t hash, uint8_t *out, uint32_t *vlen)
 {
 	unsigned L = h->bucket_lines;
-	/* Both buckets' headers before any slot is read: the one of the
-	 * slot found is what its lines are checked against. Pairs with the
-	 * install's release store of the header's new version
+	/* The headers of the buckets searched, before any slot is read: the
+	 * one of the slot found is what its lines are checked against. Pairs
+	 * with the install's release store of the header's new version
 	 * (obj_install). */
-	const _Atomic uint64_t *hw[2] = {
-	        (const _Atomic uint64_t *)(const void *)pair,
-	        (const _Atomic uint64_t *)(const void *)(pair + 64u * L)};
-	uint64_t v[2] = {0, 0}, w[2] = {0, 0};
-	for (unsigned b = lo < h->spb ? 0 : 1; b < (hi > h->spb ? 2u : 1u);
-	     b++) {
-		v[b] = atomic_load_explicit(hw[b], memory_order_acquire);
-		w[b] = atomic_load_explicit(hw[b] + 1, memory_order_relaxed);
+	const _Atomic uint64_t *h0 =
+	        (const _Atomic uint64_t *)(const void *)pair;
+	const _Atomic uint64_t *h1 =
+	        (const _Atomic uint64_t *)(const void *)(pair + 64u * L);
+	uint64_t v0 = 0, w0 = 0, v1 = 0, w1 = 0;
+	if (lo < h->spb) {
+		v0 = atomic_load_explicit(h0, memory_order_acquire);
+		w0 = atomic_load_explicit(h0 + 1, memory_order_relaxed);
+	}
+	if (hi > h->spb) {
+		v1 = atomic_load_explicit(h1, memory_order_acquire);
+		w1 = atomic_load_explicit(h1 + 1, memory_order_relaxed);
 	}
 	uint8_t hdr[8];
 	int slot = find_in(h, pair, lo, hi, key, klen, hash, hdr);
 	if (slot < 0)
 		return -ENOENT;
 	const struct ht_smap *m = &h->smap[slot];
-	unsigned b = (unsigned)slot >= h->spb;
+	bool first = (unsigned)slot < h->spb;
 	uint32_t n = slot_vlen(hdr);
 	if ((hdr[0] & SLOT_INDIRECT) || n > h->V)
 		return -EAGAIN; /* an object of its own, or a torn header */
@@ -327,7 +331,8 @@ int farm_ht_pair_get_in(const farm_ht *h, const uint8_t *pair, unsigned lo,
 	else
 		farm_ht_pair_slot_read(h, pair, (unsigned)slot, 8 + h->K, n,
 		                       out);
-	if (!slot_unchanged(h, m, pair, b * L, v[b], w[b]))
+	if (!slot_unchanged(h, m, pair, first ? 0 : L, first ? v0 : v1,
+	                    first ? w0 : w1))
 		return -EAGAIN;
 	*vlen = n;
 	return 0;
