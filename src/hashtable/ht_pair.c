@@ -5,7 +5,10 @@
  * farm_ht_get_local_batch) validates and matches here. Searching the image
  * itself instead of first unpacking both buckets' data (obj_unpack) saves
  * copying the pair once more per lookup; only the bytes a match needs are
- * gathered, and only when they straddle a line's version.
+ * gathered, and only when they straddle a line's version. A local pair
+ * (this machine's memory, where installs run) is searched the same way
+ * where it lies, a found key's reads checked afterwards against its
+ * bucket's header (farm_ht_pair_get_in).
  */
 #include "hashtable/ht_int.h"
 
