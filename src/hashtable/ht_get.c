@@ -3,8 +3,8 @@
  * farm_ht_get reads buckets b and b + 1 in one one-sided READ (a
  * line-atomic copy when the shard is local), validates them object by
  * object and by their joint version, then follows the home's overflow
- * chain and an indirect pair's object; farm_ht_get_first is that first
- * read alone, for the KV store's batched multi-get.
+ * chain and an indirect pair's object; farm_ht_get_many starts a window
+ * of them together (farm_ht_get_first, that first read alone: ht_first.c).
  */
 #include "hashtable/ht_int.h"
 
@@ -44,9 +44,6 @@ struct get_op {
 	struct get_op *gnext; /* farm_ht_get_many: the group's next local */
 };
 
-struct first_op;
-static void firsts_free(struct htloop *l);
-
 void farm_ht_gets_free(struct htloop *l)
 {
 	while (l->free_gets) {
@@ -54,35 +51,11 @@ void farm_ht_gets_free(struct htloop *l)
 		l->free_gets = g->next_free;
 		free(g);
 	}
-	firsts_free(l);
+	farm_ht_firsts_free(l);
 }
 
 static void get_start(struct get_op *g);
 static void get_again(farm_loop *loop, void *ctx, int status);
-
-/* A lookup of @l answered: the last one out of a detached loop (lookups
- * and write batches) frees its state (farm_ht_loop_release). */
-static void lookup_out_end(struct htloop *l)
-{
-	if (--l->gets_out == 0)
-		farm_ht_loop_release(l);
-}
-
-/* A lookup's next step after its loop was detached: none, it ends
- * -ECANCELED (its buffer and counters are the detached state's, freed
- * once it is answered). */
-static bool lookup_cancelled(const struct htloop *l)
-{
-	return l->detached;
-}
-
-/* A read's error as a lookup's: a read that finds no region where the
- * table says the shard's memory is (-ENOENT from the address space) must
- * not answer "absent", which -ENOENT means to a lookup's caller. */
-static int read_err(int status)
-{
-	return status == -ENOENT ? FARM_ECORRUPT : status;
-}
 
 static void get_end(struct get_op *g, int status, const void *val, uint32_t len)
 {
@@ -149,22 +122,6 @@ static void get_again(farm_loop *loop, void *ctx, int status)
 		get_end(g, status, NULL, 0);
 	else
 		get_start(g);
-}
-
-/* An indirect pair's object, [klen][vlen][key][value]: whether it holds
- * @key (its lengths in *@kl, *@vl either way). */
-static bool indirect_match(const uint8_t *obj, uint32_t olen,
-                           const uint8_t *key, uint32_t klen, uint32_t *kl,
-                           uint32_t *vl)
-{
-	if (olen < 8) {
-		*kl = *vl = 0;
-		return false;
-	}
-	memcpy(kl, obj, 4);
-	memcpy(vl, obj + 4, 4);
-	return *kl == klen && 8ull + *kl + *vl <= olen &&
-	       memcmp(obj + 8, key, *kl) == 0;
 }
 
 static void get_read_obj(struct get_op *g, farm_fatptr p, int stage);
@@ -240,7 +197,8 @@ static void obj_read_done(farm_loop *loop, void *ctx, int status)
 		return;
 	}
 	uint32_t kl, vl;
-	if (!indirect_match(g->obuf, g->olen, g->key, g->klen, &kl, &vl)) {
+	if (!farm_ht_indirect_match(g->obuf, g->olen, g->key, g->klen, &kl,
+	                            &vl)) {
 		/* A long key whose hash matched another's, or a stale slot. */
 		get_end(g, kl == g->klen ? -EBUSY : -ENOENT, NULL, 0);
 		return;
@@ -486,27 +444,6 @@ static void get_start(struct get_op *g)
 	get_start_in(g, NULL);
 }
 
-/* What every lookup starts with: its arguments checked, its loop state,
- * the key's hash (taken here unless @hashed: the caller's *@hash) and
- * shard. */
-static int lookup_prep(farm_ht *h, farm_loop *loop, const void *key,
-                       uint32_t klen, bool has_cont, struct htloop **l,
-                       bool hashed, uint64_t *hash,
-                       const struct farm_ht_shard **sd)
-{
-	if (!h || !loop || !has_cont)
-		return -EINVAL;
-	int rc = farm_ht_check_key(key, klen);
-	if (rc)
-		return rc;
-	if (!(*l = hl_of(h, loop)))
-		return -EINVAL;
-	if (!hashed)
-		*hash = farm_ht_hash(key, klen);
-	*sd = farm_ht_shard_of(h, *hash, NULL);
-	return *sd ? 0 : -ENOENT;
-}
-
 /* A lookup's state, from the loop's free list, with its bucket buffer
  * and its epoch operation begun (the loop attached to the transactions:
  * the caller's check); its hash, shard and home still to set. -EAGAIN:
@@ -558,8 +495,8 @@ int farm_ht_get(farm_ht *h, farm_loop *loop, const void *key, uint32_t klen,
 	struct htloop *l;
 	uint64_t hash;
 	const struct farm_ht_shard *sd;
-	int rc = lookup_prep(h, loop, key, klen, cont != NULL, &l, false, &hash,
-	                     &sd);
+	int rc = farm_ht_lookup_prep(h, loop, key, klen, cont != NULL, &l,
+	                             false, &hash, &sd);
 	if (rc)
 		return rc;
 	if (!farm_txm_loop_attached(h->txm, loop))
@@ -755,265 +692,39 @@ int farm_ht_get_many(farm_ht *h, farm_loop *loop, unsigned n,
 	return 0;
 }
 
-/* One farm_ht_get_first(): the bucket pair's read, its validation and an
- * indirect value's read; anything else is FARM_HT_UNRESOLVED. */
-struct first_op {
-	farm_ht *h;
-	struct htloop *l;
-	uint8_t key[FARM_HT_MAX_KEY];
-	uint32_t klen;
-	uint64_t hash;
-	uint8_t *img; /* 2 buckets, from the pool */
-	uint8_t *obuf;
-	uint32_t olen;
-	const uint8_t *lp; /* local shard: the buckets, copied when due */
-	uint64_t cfg;      /* the configuration the buckets were found in */
-	farm_ht_get_fn cont;
-	void *ctx;
-	farm_lf_op ep;
-	struct first_op *next_free;
-};
-
-static void firsts_free(struct htloop *l)
+/* What every lookup starts with: its arguments checked, its loop state,
+ * the key's hash (taken here unless @hashed: the caller's *@hash) and
+ * shard. */
+int farm_ht_lookup_prep(farm_ht *h, farm_loop *loop, const void *key,
+                        uint32_t klen, bool has_cont, struct htloop **l,
+                        bool hashed, uint64_t *hash,
+                        const struct farm_ht_shard **sd)
 {
-	while (l->free_firsts) {
-		struct first_op *f = l->free_firsts;
-		l->free_firsts = f->next_free;
-		free(f);
-	}
-}
-
-/* A state from the loop's free list (as get_new's): a multi-get's first
- * reads allocate nothing in the steady state. Every field get_first does
- * not set is cleared. */
-static struct first_op *first_new(struct htloop *l)
-{
-	struct first_op *f = l->free_firsts;
-	if (!f)
-		return calloc(1, sizeof(*f));
-	l->free_firsts = f->next_free;
-	f->obuf = NULL;
-	f->olen = 0;
-	f->lp = NULL;
-	f->ep = (farm_lf_op){0};
-	return f;
-}
-
-static void first_recycle(struct htloop *l, struct first_op *f)
-{
-	f->next_free = l->free_firsts;
-	l->free_firsts = f;
-}
-
-static void first_end(struct first_op *f, int status, const void *val,
-                      uint32_t len)
-{
-	status = farm_ht_lease_checked(f->h, status);
-	if (status == 0 || status == -ENOENT)
-		hl_count(f->l, status == 0 ? T_FOUND : T_NOTFOUND, 1);
-	struct htloop *l = f->l;
-	f->cont(l->loop, f->ctx, status, val, len);
-	farm_lf_end(&f->ep);
-	buf_put(l, f->img);
-	free(f->obuf);
-	/* Before lookup_out_end: the last lookup out of a detached loop
-	 * frees the loop's state, this list with it. */
-	first_recycle(l, f);
-	lookup_out_end(l);
-}
-
-static void first_obj_done(farm_loop *loop, void *ctx, int status)
-{
-	(void)loop;
-	struct first_op *f = ctx;
-	if (lookup_cancelled(f->l))
-		status = -ECANCELED;
-	if (status == FARM_EFREED || status == -EBUSY ||
-	    status == FARM_EFLUSHED) {
-		first_end(f, FARM_HT_UNRESOLVED, NULL, 0);
-		return;
-	}
-	if (status) {
-		first_end(f, read_err(status), NULL, 0);
-		return;
-	}
-	uint32_t kl, vl;
-	if (!indirect_match(f->obuf, f->olen, f->key, f->klen, &kl, &vl)) {
-		/* Another long key with the same hash, or a stale slot. */
-		first_end(f, FARM_HT_UNRESOLVED, NULL, 0);
-		return;
-	}
-	first_end(f, 0, f->obuf + 8 + kl, vl);
-}
-
-/* Found in slot @slot of the pair (header @hdr): the inline value,
- * gathered to the image's start, or the read of the object it names. */
-static void first_found(struct first_op *f, unsigned slot, const uint8_t *hdr)
-{
-	farm_ht *h = f->h;
-	uint32_t off = 8 + h->K;
-	if (!(hdr[0] & SLOT_INDIRECT)) {
-		uint32_t vl = slot_vlen(hdr);
-		farm_ht_pair_val_read(h, f->img, slot, vl, f->img);
-		first_end(f, 0, f->img, vl);
-		return;
-	}
-	farm_fatptr p;
-	farm_ht_pair_slot_read(h, f->img, slot, off, sizeof(p), &p);
-	if (!p.addr || p.size < 8 || p.size > FARM_TX_MAX_SIZE) {
-		first_end(f, FARM_ECORRUPT, NULL, 0);
-		return;
-	}
-	f->obuf = malloc(p.size);
-	f->olen = p.size;
-	if (!f->obuf) {
-		first_end(f, -ENOMEM, NULL, 0);
-		return;
-	}
-	hl_count(f->l, T_READS, 1);
-	int rc = farm_lf_read(h->txm, f->l->loop, p.addr, p.size, p.incarnation,
-	                      f->obuf, first_obj_done, f);
-	if (rc)
-		first_end(f, rc == -EAGAIN ? FARM_HT_UNRESOLVED : read_err(rc),
-		          NULL, 0);
-}
-
-/* The bucket pair is in f->img (on a later pass than the call). */
-static void first_buckets(struct first_op *f)
-{
-	farm_ht *h = f->h;
-	int rc = farm_ht_pair_check(h, f->img, NULL);
-	if (rc) { /* -EAGAIN: being installed, or mixed commits */
-		first_end(f, rc == -EAGAIN ? FARM_HT_UNRESOLVED : rc, NULL, 0);
-		return;
-	}
-	/* As get_buckets: a configuration change since the buckets were
-	 * found may have moved the shard (the old copy may be stale). The
-	 * fence pairs with the release store of the id in
-	 * farm_as_set_view_placed (as_view.c). */
-	atomic_thread_fence(memory_order_acquire);
-	if (ht_config_id(h) != f->cfg) {
-		first_end(f, FARM_HT_UNRESOLVED, NULL, 0);
-		return;
-	}
-	uint8_t hdr[8];
-	int slot = farm_ht_pair_find(h, f->img, f->key, f->klen, f->hash, hdr);
-	if (slot >= 0) {
-		first_found(f, (unsigned)slot, hdr);
-		return;
-	}
-	/* Not in b or b + 1: absent, unless the home has a chain. */
-	first_end(f,
-	          farm_ht_pair_overflow(f->img).addr ? FARM_HT_UNRESOLVED
-	                                             : -ENOENT,
-	          NULL, 0);
-}
-
-static void first_read_done(farm_loop *loop, void *ctx, int status)
-{
-	(void)loop;
-	struct first_op *f = ctx;
-	/* A local pair was prefetched when the lookup started and is copied
-	 * now, a pass later, with the other lookups of the batch in flight
-	 * (as farm_ht_get's get_local_done); a line that kept changing
-	 * leaves the key unresolved. */
-	if (lookup_cancelled(f->l))
-		status = -ECANCELED;
-	if (!status && f->lp &&
-	    !farm_lines_copy(f->img, f->lp, 128ull * f->h->bucket_lines,
-	                     LINE_TRIES))
-		status = FARM_EFLUSHED;
-	if (status == FARM_EFLUSHED)
-		first_end(f, FARM_HT_UNRESOLVED, NULL, 0);
-	else if (status)
-		first_end(f, read_err(status), NULL, 0);
-	else
-		first_buckets(f);
-}
-
-/* The bucket pair resolved once, through the loop's descriptor cache
- * (no lock, as get_start): here, prefetched now and copied with its lines
- * checked on a later pass, as a remote read would complete; elsewhere, one
- * READ; unknown yet, the address space's resolving read. */
-static int first_issue(struct first_op *f, farm_gaddr a, uint32_t len)
-{
-	struct htloop *l = f->l;
-	uint8_t *lp;
-	farm_mr_desc d;
-	int rc = farm_as_resolve_cached(f->h->as, &l->rc, a, len, &lp, &d);
-	if (!rc && lp) {
-		for (uint32_t o = 0; o < len; o += 64)
-			__builtin_prefetch(lp + o, 0, 3);
-		f->lp = lp;
-		return farm_loop_defer(l->loop, first_read_done, f);
-	}
-	if (!rc) {
-		farm_wr wr = farm_wr_read(0, f->img, l->mr, len, &d,
-		                          farm_gaddr_offset(a));
-		return farm_loop_rdma(l->loop, d.machine, &wr, first_read_done,
-		                      f);
-	}
-	if (rc != -EAGAIN)
-		return rc;
-	return farm_as_read(f->h->as, l->loop, a, f->img, l->mr, len,
-	                    first_read_done, f);
-}
-
-static int get_first(farm_ht *h, farm_loop *loop, const void *key,
-                     uint32_t klen, bool hashed, uint64_t hash,
-                     farm_ht_get_fn cont, void *ctx)
-{
-	struct htloop *l;
-	const struct farm_ht_shard *sd;
-	int rc = lookup_prep(h, loop, key, klen, cont != NULL, &l, hashed,
-	                     &hash, &sd);
+	if (!h || !loop || !has_cont)
+		return -EINVAL;
+	int rc = farm_ht_check_key(key, klen);
 	if (rc)
 		return rc;
-	struct first_op *f = first_new(l);
-	if (!f)
-		return -ENOMEM;
-	f->img = buf_get(l);
-	if (!f->img) { /* too many in flight */
-		first_recycle(l, f);
-		return -EAGAIN;
-	}
-	f->h = h;
-	f->l = l;
-	memcpy(f->key, key, klen);
-	f->klen = klen;
-	f->hash = hash;
-	f->cont = cont;
-	f->ctx = ctx;
-	uint32_t bb = 64u * h->bucket_lines;
-	farm_gaddr a = sd->base + (uint64_t)home_of(hash, sd->nbuckets) * bb;
-	if ((rc = farm_lf_begin(h->txm, loop, &f->ep))) {
-		buf_put(l, f->img);
-		first_recycle(l, f);
-		return rc;
-	}
-	hl_count(l, T_LOOKUPS, 1);
-	hl_count(l, T_READS, 1);
-	f->cfg = ht_config_id(h);
-	l->gets_out++; /* until first_end */
-	rc = first_issue(f, a, 2 * bb);
-	if (rc) {
-		l->gets_out--; /* not issued: never comes back */
-		farm_lf_end(&f->ep);
-		buf_put(l, f->img);
-		first_recycle(l, f);
-	}
-	return read_err(rc); /* -ENOENT from here would say: no shards */
+	if (!(*l = hl_of(h, loop)))
+		return -EINVAL;
+	if (!hashed)
+		*hash = farm_ht_hash(key, klen);
+	*sd = farm_ht_shard_of(h, *hash, NULL);
+	return *sd ? 0 : -ENOENT;
 }
 
-int farm_ht_get_first(farm_ht *h, farm_loop *loop, const void *key,
-                      uint32_t klen, farm_ht_get_fn cont, void *ctx)
+/* An indirect pair's object, [klen][vlen][key][value]: whether it holds
+ * @key (its lengths in *@kl, *@vl either way). */
+bool farm_ht_indirect_match(const uint8_t *obj, uint32_t olen,
+                            const uint8_t *key, uint32_t klen, uint32_t *kl,
+                            uint32_t *vl)
 {
-	return get_first(h, loop, key, klen, false, 0, cont, ctx);
-}
-
-int farm_ht_get_first_hashed(farm_ht *h, farm_loop *loop, const void *key,
-                             uint32_t klen, uint64_t hash, farm_ht_get_fn cont,
-                             void *ctx)
-{
-	return get_first(h, loop, key, klen, true, hash, cont, ctx);
+	if (olen < 8) {
+		*kl = *vl = 0;
+		return false;
+	}
+	memcpy(kl, obj, 4);
+	memcpy(vl, obj + 4, 4);
+	return *kl == klen && 8ull + *kl + *vl <= olen &&
+	       memcmp(obj + 8, key, *kl) == 0;
 }

@@ -423,6 +423,46 @@ void farm_ht_puts_free(farm_ht *h);
  * batch's end on a detached loop. Nothing for a loop still attached. */
 void farm_ht_loop_release(struct htloop *l);
 
+/* ht_get.c and ht_first.c: what every lookup shares. */
+/* A lookup of @l answered: the last one out of a detached loop (lookups
+ * and write batches) frees its state (farm_ht_loop_release). */
+static inline void lookup_out_end(struct htloop *l)
+{
+	if (--l->gets_out == 0)
+		farm_ht_loop_release(l);
+}
+
+/* A lookup's next step after its loop was detached: none, it ends
+ * -ECANCELED (its buffer and counters are the detached state's, freed
+ * once it is answered). */
+static inline bool lookup_cancelled(const struct htloop *l)
+{
+	return l->detached;
+}
+
+/* A read's error as a lookup's: a read that finds no region where the
+ * table says the shard's memory is (-ENOENT from the address space) must
+ * not answer "absent", which -ENOENT means to a lookup's caller. */
+static inline int read_err(int status)
+{
+	return status == -ENOENT ? FARM_ECORRUPT : status;
+}
+
+/* What every lookup starts with (ht_get.c): its arguments checked, its
+ * loop state, the key's hash (taken here unless @hashed: the caller's
+ * *@hash) and shard. */
+int farm_ht_lookup_prep(farm_ht *h, farm_loop *loop, const void *key,
+                        uint32_t klen, bool has_cont, struct htloop **l,
+                        bool hashed, uint64_t *hash,
+                        const struct farm_ht_shard **sd);
+/* An indirect pair's object, [klen][vlen][key][value]: whether it holds
+ * @key (its lengths in *@kl, *@vl either way). */
+bool farm_ht_indirect_match(const uint8_t *obj, uint32_t olen,
+                            const uint8_t *key, uint32_t klen, uint32_t *kl,
+                            uint32_t *vl);
+/* ht_first.c: the loop's free farm_ht_get_first states, freed. */
+void farm_ht_firsts_free(struct htloop *l);
+
 /* ht_ship.c: the owner's handler of shipped writes (FARM_MSGT_HT_OP). */
 void farm_ht_h_op(farm_loop *loop, const farm_msg_in *in, void *arg);
 /* ht_ship.c, at the detach: writes queued on @l that no transaction
