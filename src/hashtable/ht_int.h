@@ -3,7 +3,8 @@
  * and slots, the table's and each loop's state, and what the files share.
  *
  *   ht.c        the table: creation, loops, shards, hashing, counters
- *   ht_get.c    lookups (farm_ht_get, farm_ht_get_first): lock-free reads
+ *   ht_get.c    lookups (farm_ht_get, farm_ht_get_many): lock-free reads
+ *   ht_first.c  a lookup's first read alone (farm_ht_get_first)
  *   ht_pair.c   a bucket pair's image checked and searched in place
  *   ht_batch.c  batched local lookups (farm_ht_get_local_batch)
  *   ht_ship.c   writes shipped to a shard's owner, its handler and its
