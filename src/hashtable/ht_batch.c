@@ -30,63 +30,22 @@ uint32_t farm_ht_batch_bytes(const farm_ht *h)
 	return h ? 128u * h->bucket_lines : 0;
 }
 
-/* The shards a call's keys fell in, each resolved whole once: a shard's
- * buckets lie in one region, so one resolve answers for every key of the
- * shard in the call (most of a call's keys are of one), where a resolve
- * per key cost about 37 instructions. Held for the call only, under its
- * epoch, as each key's resolve was. */
-#define BATCH_SHARDS 4u
-struct batch_shards {
-	struct {
-		const struct farm_ht_shard *sd; /* NULL: empty */
-		uint8_t *base;                  /* its bucket 0 here, or NULL */
-		bool remote;                    /* another machine's, whole */
-	} e[BATCH_SHARDS];
-};
-
-/* Shard @sd (index @i) of @bs, resolved whole when it was not yet. */
-static void batch_shard_fill(farm_ht *h, struct htloop *l,
-                             struct batch_shards *bs, unsigned i,
-                             const struct farm_ht_shard *sd)
-{
-	unsigned j = i % BATCH_SHARDS;
-	uint8_t *lp;
-	farm_mr_desc d;
-	uint64_t span = ((uint64_t)sd->nbuckets + 1) * 64u * h->bucket_lines;
-	int rc = farm_as_resolve_cached(h->as, &l->rc, sd->base, span, &lp, &d);
-	bs->e[j].sd = sd;
-	bs->e[j].base = rc ? NULL : lp;
-	bs->e[j].remote = !rc && !lp;
-}
-
 /* Stage 1 for a valid key @k, hashed (k->hash): its home, where its pair
- * is here, or a status that ends it now. */
-static void batch_addr(farm_ht *h, struct htloop *l, struct batch_shards *bs,
+ * is here (its shard resolved once a call: @sh), or a status that ends it
+ * now. */
+static void batch_addr(farm_ht *h, struct htloop *l, struct ht_shards *sh,
                        struct farm_ht_lkey *k)
 {
 	k->status = FARM_HT_UNRESOLVED;
-	unsigned i;
-	const struct farm_ht_shard *sd = farm_ht_shard_of(h, k->hash, &i);
+	const struct farm_ht_shard *sd = farm_ht_shard_of(h, k->hash, NULL);
 	if (!sd)
 		return;
-	if (bs->e[i % BATCH_SHARDS].sd != sd)
-		batch_shard_fill(h, l, bs, i, sd);
-	uint32_t bb = 64u * h->bucket_lines;
-	uint64_t off = (uint64_t)home_of(k->hash, sd->nbuckets) * bb;
-	if (bs->e[i % BATCH_SHARDS].base) {
-		k->lp = bs->e[i % BATCH_SHARDS].base + off;
-		return;
-	}
-	if (bs->e[i % BATCH_SHARDS].remote)
-		return; /* another machine's: the full lookup reads it */
-	/* Not resolved whole (not known yet, or not in one region): the
-	 * pair alone. */
+	uint64_t off = (uint64_t)home_of(k->hash, sd->nbuckets) * 64u *
+	               h->bucket_lines;
 	uint8_t *lp;
 	farm_mr_desc d;
-	if (farm_as_resolve_cached(h->as, &l->rc, sd->base + off, 2ull * bb,
-	                           &lp, &d) ||
-	    !lp)
-		return;
+	if (ht_shards_resolve(h, l, sh, sd, off, &lp, &d) || !lp)
+		return; /* another machine's: the full lookup reads it */
 	k->lp = lp;
 }
 
@@ -94,7 +53,7 @@ static void batch_addr(farm_ht *h, struct htloop *l, struct batch_shards *bs,
  * the caller's k->hash), four of one length at a time (farm_ht_hash_many:
  * a key's FNV is a chain of dependent multiplies, and four chains share
  * the multiplier's latency), then each key's pair found. */
-static void batch_stage1(farm_ht *h, struct htloop *l, struct batch_shards *bs,
+static void batch_stage1(farm_ht *h, struct htloop *l, struct ht_shards *sh,
                          struct farm_ht_lkey *keys, unsigned lo, unsigned hi,
                          bool hashed)
 {
@@ -120,7 +79,7 @@ static void batch_stage1(farm_ht *h, struct htloop *l, struct batch_shards *bs,
 		keys[lo + at[j]].hash = hs[j];
 	for (unsigned i = lo; i < hi; i++)
 		if (!keys[i].status)
-			batch_addr(h, l, bs, &keys[i]);
+			batch_addr(h, l, sh, &keys[i]);
 }
 
 /* Stage 2: bucket @b (0: the home, 1: the next) of key @k's pair on its
@@ -324,7 +283,7 @@ static void batch_groups(farm_ht *h, struct htloop *l,
 	const unsigned G = FARM_HT_BATCH_GROUP;
 	struct batch_pend pend = {0};
 	struct batch_chains chains = {0};
-	struct batch_shards shards = {0};
+	struct ht_shards shards = {0};
 	batch_stage1(h, l, &shards, keys, 0, n < G ? n : G, hashed);
 	for (unsigned g = 0; g < n; g += G) {
 		unsigned e = n - g < G ? n : g + G;

@@ -348,42 +348,8 @@ struct get_group {
 	struct get_op *rg[FARM_HT_BATCH_MAX];
 	uint32_t rm[FARM_HT_BATCH_MAX];
 	farm_wr rw[FARM_HT_BATCH_MAX];
-	/* The shards its keys fell in, each resolved whole once (four, by
-	 * index): a shard's buckets lie in one region, so one resolve
-	 * answers for all its keys in the group, where one per key cost
-	 * about 37 instructions (ht_batch.c's batch_shards, for the same
-	 * reason). rc: the resolve's, when sd is set. */
-	struct {
-		const struct farm_ht_shard *sd;
-		int rc;
-		uint8_t *p;
-		farm_mr_desc d;
-	} sc[4];
+	struct ht_shards sh; /* each shard resolved once */
 };
-
-/* Where group @grp's key of shard @sd, at @a, is: as farm_as_resolve_cached
- * answers for its pair, from the shard's whole span resolved once. */
-static inline int group_resolve(farm_ht *h, struct htloop *l,
-                                struct get_group *grp,
-                                const struct farm_ht_shard *sd, farm_gaddr a,
-                                uint8_t **p, farm_mr_desc *d)
-{
-	unsigned j = (unsigned)(sd - h->shards) % 4u;
-	uint32_t bb = 64u * h->bucket_lines;
-	if (grp->sc[j].sd != sd) {
-		grp->sc[j].sd = sd;
-		grp->sc[j].rc = farm_as_resolve_cached(
-		        h->as, &l->rc, sd->base,
-		        ((uint64_t)sd->nbuckets + 1) * bb, &grp->sc[j].p,
-		        &grp->sc[j].d);
-	}
-	if (grp->sc[j].rc) /* not resolved whole: the pair alone */
-		return farm_as_resolve_cached(h->as, &l->rc, a, 2ull * bb, p,
-		                              d);
-	*p = grp->sc[j].p ? grp->sc[j].p + (a - sd->base) : NULL;
-	*d = grp->sc[j].d;
-	return 0;
-}
 
 /* The bucket pair's read: here, prefetched now and copied on a later
  * pass (one deferred item of its own, or, with @group, appended to the
@@ -399,7 +365,8 @@ get_start_in(struct get_op *g, struct get_group *group)
 	uint8_t *p;
 	farm_mr_desc d;
 	g->cfg = ht_config_id(h);
-	int rc = group ? group_resolve(h, g->l, group, g->sd, a, &p, &d)
+	int rc = group ? ht_shards_resolve(h, g->l, &group->sh, g->sd,
+	                                   a - g->sd->base, &p, &d)
 	               : farm_as_resolve_cached(h->as, &g->l->rc, a, 2ull * bb,
 	                                        &p, &d);
 	if (!rc && p) {
@@ -621,8 +588,7 @@ get_many_issue(struct htloop *l, struct get_op **gs, unsigned m)
 	struct get_group grp;
 	grp.tail = &local;
 	grp.nr = 0;
-	for (unsigned j = 0; j < 4; j++)
-		grp.sc[j].sd = NULL;
+	grp.sh = (struct ht_shards){0};
 	for (unsigned j = 0; j < m; j++)
 		get_start_in(gs[j], &grp);
 	if (grp.nr)

@@ -424,6 +424,52 @@ void farm_ht_puts_free(farm_ht *h);
  * batch's end on a detached loop. Nothing for a loop still attached. */
 void farm_ht_loop_release(struct htloop *l);
 
+/*
+ * The shards a window of lookups falls in (farm_ht_get_many's group,
+ * farm_ht_get_local_batch's call), each resolved whole once: a shard's
+ * buckets lie in one region, so one resolve answers for every key of the
+ * shard in the window, where one per key cost about 37 instructions.
+ * Four shards, by index; held for the window only, under its epoch, as
+ * each key's resolve was. Zero-initialised.
+ */
+struct ht_shards {
+	struct {
+		const struct farm_ht_shard *sd; /* NULL: empty */
+		int rc; /* the span's resolve, as farm_as_resolve_cached's */
+		uint8_t *p;
+		farm_mr_desc d;
+	} e[4];
+};
+
+/* Where the pair @off bytes into shard @sd is, as farm_as_resolve_cached
+ * answers for those 2 buckets (*@d set only when *@p is NULL), from the
+ * shard's span resolved once (a span not resolved whole: the pair
+ * alone). */
+static inline int ht_shards_resolve(farm_ht *h, struct htloop *l,
+                                    struct ht_shards *c,
+                                    const struct farm_ht_shard *sd,
+                                    uint64_t off, uint8_t **p, farm_mr_desc *d)
+{
+	unsigned j = (unsigned)(sd - h->shards) % 4u;
+	uint64_t bb = 64u * h->bucket_lines;
+	if (FARM_UNLIKELY(c->e[j].sd != sd)) {
+		c->e[j].sd = sd;
+		c->e[j].rc = farm_as_resolve_cached(h->as, &l->rc, sd->base,
+		                                    (sd->nbuckets + 1ull) * bb,
+		                                    &c->e[j].p, &c->e[j].d);
+	}
+	if (FARM_LIKELY(c->e[j].p)) { /* here: *@d is not read */
+		*p = c->e[j].p + off;
+		return 0;
+	}
+	if (c->e[j].rc)
+		return farm_as_resolve_cached(h->as, &l->rc, sd->base + off,
+		                              2 * bb, p, d);
+	*p = NULL;
+	*d = c->e[j].d;
+	return 0;
+}
+
 /* ht_get.c and ht_first.c: what every lookup shares. */
 /* A lookup of @l answered: the last one out of a detached loop (lookups
  * and write batches) frees its state (farm_ht_loop_release). */
