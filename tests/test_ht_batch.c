@@ -8,8 +8,9 @@
  * another machine's shard, an object), and farm_ht_get agrees (every
  * other batch through farm_ht_get_local_batch_hashed); the same
  * keys through farm_ht_get_many (ht_get.c: windows of every shard's keys,
- * a bad key in each) answer as the model, and its four-at-a-time hash is
- * farm_ht_hash; bad arguments;
+ * a bad key in each) answer as the model; bad arguments; the key hash
+ * (ht.h) reads every byte of keys of every length and spreads keys alike
+ * but for a counter evenly over homes and shards;
  * and a writer thread installing bucket images over a pair (the install
  * protocol of txn/object.h) while batches read it: a value is never torn;
  * and a new version of a bucket installed inside the window of a found
@@ -27,6 +28,7 @@
 #include "brokenarg.h"
 
 #include <inttypes.h>
+#include <math.h>
 #include <pthread.h>
 #include <stdatomic.h>
 
@@ -277,22 +279,50 @@ static void check_many(unsigned m)
 	}
 }
 
-/* farm_ht_hash_many is farm_ht_hash, key by key, whatever the mix of
- * lengths (runs of four of one length take its interleaved path). */
-static void check_hash_many(void)
+/* The key hash reads every byte of a key of any length: one bit changed
+ * anywhere changes the hash (each word folds into the state one-to-one,
+ * and the finish is a bijection), as does the length alone. */
+static void test_hash_bytes(void **state)
 {
-	const uint8_t *ks[NK];
-	uint32_t kls[NK];
-	uint64_t hs[NK];
-	for (unsigned i = 0; i < NK; i++) {
-		ks[i] = M[i].key;
-		kls[i] = i < 64 ? 16 : M[i].klen;
+	(void)state;
+	uint8_t k[72];
+	for (unsigned i = 0; i < sizeof(k); i++)
+		k[i] = (uint8_t)(i * 37 + 11);
+	for (uint32_t len = 0; len <= sizeof(k); len++) {
+		uint64_t h = farm_ht_hash(k, len);
+		if (len < sizeof(k))
+			assert_true(h != farm_ht_hash(k, len + 1));
+		for (uint32_t at = 0; at < len; at++)
+			for (unsigned bit = 0; bit < 8; bit++) {
+				k[at] ^= (uint8_t)(1u << bit);
+				assert_true(farm_ht_hash(k, len) != h);
+				k[at] ^= (uint8_t)(1u << bit);
+			}
 	}
-	for (unsigned n = 0; n <= NK; n += n < 9 ? 1 : 97) {
-		farm_ht_hash_many(ks, kls, n, hs);
-		for (unsigned i = 0; i < n; i++)
-			assert_int_equal(hs[i], farm_ht_hash(ks[i], kls[i]));
+}
+
+/* Keys alike but for a counter (the usual "user12345") spread evenly
+ * over the home buckets and the shards, which take the hash's middle and
+ * high bits: no bin more than 6 standard deviations from its mean. */
+static void test_hash_spread(void **state)
+{
+	(void)state;
+	enum { KEYS = 1 << 20, BINS = 1021, SHARDS = 7 };
+	static uint32_t home[BINS], shard[SHARDS];
+	char k[32];
+	for (uint32_t i = 0; i < KEYS; i++) {
+		int n = snprintf(k, sizeof(k), "user%u", i);
+		uint64_t h = farm_ht_hash(k, (uint32_t)n);
+		home[(h >> 11) % BINS]++;
+		shard[farm_ht_shard_index(h, SHARDS)]++;
 	}
+	double mean = (double)KEYS / BINS, sd = sqrt(mean);
+	for (unsigned b = 0; b < BINS; b++)
+		assert_true(fabs(home[b] - mean) < 6 * sd);
+	mean = (double)KEYS / SHARDS;
+	sd = sqrt(mean);
+	for (unsigned b = 0; b < SHARDS; b++)
+		assert_true(fabs(shard[b] - mean) < 6 * sd);
 }
 
 static void test_model(void **state)
@@ -314,7 +344,6 @@ static void test_model(void **state)
 		answered += check_batches(m);
 	for (unsigned m = 0; m < 3; m++)
 		check_many(m);
-	check_hash_many();
 	/* Most local inline keys, present and absent, answered at once. */
 	printf("batches answered %u of %u keys, %" PRIu64
 	       " chain blocks read\n",
@@ -704,6 +733,8 @@ int main(int argc, char **argv)
 	if (st)
 		return st;
 	const struct CMUnitTest tests[] = {
+	        cmocka_unit_test(test_hash_bytes),
+	        cmocka_unit_test(test_hash_spread),
 	        cmocka_unit_test_setup_teardown(test_model, setup, teardown),
 	        cmocka_unit_test_setup_teardown(test_bad_input, setup,
 	                                        teardown),

@@ -28,6 +28,7 @@
 
 #include <stdbool.h>
 #include <stdint.h>
+#include <string.h>
 
 #include <farm/addr.h>
 #include <farm/msg.h>
@@ -164,11 +165,73 @@ struct farm_ht_usage {
 	uint64_t data_bytes, table_bytes;
 };
 int farm_ht_usage_local(farm_ht *h, unsigned shard, struct farm_ht_usage *u);
-uint64_t farm_ht_hash(const void *key, uint32_t klen);
-/* farm_ht_hash of each of @n keys, into @out[i] (keys of one length four
- * at a time: their FNV chains share the multiplier's latency). */
-void farm_ht_hash_many(const uint8_t *const *keys, const uint32_t *klens,
-                       unsigned n, uint64_t *out);
+
+/* A key's hash: it picks the key's shard and home bucket and is kept in a
+ * long key's slot, so every machine of a cluster must compute the same
+ * one (a change to it is a change of FARM_WIRE_VERSION). Keys are taken
+ * eight bytes at a time, each word folded into the state by a multiply
+ * and a shift, then finished by murmur3's fmix64 (full avalanche: the
+ * shard and home come from the high bits). Two keys of one length
+ * differing in one word always differ before the finish, as each step
+ * is a bijection of the state. Native words: machines of a cluster
+ * share a byte order already (every one-sided layout is native). */
+#define FARM_HT_HASH_SEED 0x9e3779b97f4a7c15ull
+#define FARM_HT_HASH_MUL  0xff51afd7ed558ccdull
+
+static inline uint64_t farm_ht_hash_step(uint64_t x, uint64_t w)
+{
+	x = (x ^ w) * FARM_HT_HASH_MUL;
+	return x ^ (x >> 29);
+}
+
+static inline uint64_t farm_ht_hash_fin(uint64_t x)
+{
+	x ^= x >> 33;
+	x *= 0xff51afd7ed558ccdull;
+	x ^= x >> 33;
+	x *= 0xc4ceb9fe1a85ec53ull;
+	return x ^ (x >> 33);
+}
+
+static inline uint64_t farm_ht_hash_ld8(const uint8_t *p)
+{
+	uint64_t w;
+	memcpy(&w, p, 8);
+	return w;
+}
+
+/* The 1..7 bytes of a key shorter than a word, as one word: every byte
+ * read, none outside the key (two overlapping 4-byte loads, or the
+ * first, middle and last byte), one-to-one for a given length. */
+static inline uint64_t farm_ht_hash_short(const uint8_t *p, uint32_t n)
+{
+	if (n >= 4) {
+		uint32_t a, b;
+		memcpy(&a, p, 4);
+		memcpy(&b, p + n - 4, 4);
+		return a | (uint64_t)b << 32;
+	}
+	return p[0] | (uint64_t)p[n / 2] << 8 | (uint64_t)p[n - 1] << 16;
+}
+
+static inline uint64_t farm_ht_hash(const void *key, uint32_t klen)
+{
+	const uint8_t *p = key;
+	uint64_t x = FARM_HT_HASH_SEED ^ klen;
+	if (klen < 8)
+		return farm_ht_hash_fin(
+		        klen ? farm_ht_hash_step(x, farm_ht_hash_short(p, klen))
+		             : x);
+	uint32_t i = 0;
+	for (; i + 8 <= klen; i += 8)
+		x = farm_ht_hash_step(x, farm_ht_hash_ld8(p + i));
+	/* A partial last word: the key's last eight bytes, overlapping the
+	 * word before (one-to-one for a given length). */
+	if (i < klen)
+		x = farm_ht_hash_step(x, farm_ht_hash_ld8(p + klen - 8));
+	return farm_ht_hash_fin(x);
+}
+
 /* The shard (index in the table's list of @nshards) a key's hash picks:
  * jump consistent hashing. */
 unsigned farm_ht_shard_index(uint64_t hash, unsigned nshards);

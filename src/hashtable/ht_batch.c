@@ -50,36 +50,23 @@ static void batch_addr(farm_ht *h, struct htloop *l, struct ht_shards *sh,
 }
 
 /* Stage 1 for keys [@lo, @hi): each valid key hashed (unless @hashed:
- * the caller's k->hash), four of one length at a time (farm_ht_hash_many:
- * a key's FNV is a chain of dependent multiplies, and four chains share
- * the multiplier's latency), then each key's pair found. */
+ * the caller's k->hash), then its pair found. */
 static void batch_stage1(farm_ht *h, struct htloop *l, struct ht_shards *sh,
                          struct farm_ht_lkey *keys, unsigned lo, unsigned hi,
                          bool hashed)
 {
-	const uint8_t *ks[FARM_HT_BATCH_GROUP] = {0};
-	uint32_t kl[FARM_HT_BATCH_GROUP] = {0};
-	uint64_t hs[FARM_HT_BATCH_GROUP];
-	uint8_t at[FARM_HT_BATCH_GROUP];
-	unsigned m = 0;
 	for (unsigned i = lo; i < hi; i++) { /* each key checked once */
 		struct farm_ht_lkey *k = &keys[i];
 		k->lp = NULL;
 		k->val = NULL;
 		k->vlen = 0;
 		k->status = ht_key_check(k->key, k->klen);
-		if (!k->status && !hashed) {
-			ks[m] = k->key;
-			kl[m] = k->klen;
-			at[m++] = (uint8_t)(i - lo);
-		}
+		if (k->status)
+			continue;
+		if (!hashed)
+			k->hash = farm_ht_hash(k->key, k->klen);
+		batch_addr(h, l, sh, k);
 	}
-	farm_ht_hash_many(ks, kl, m, hs);
-	for (unsigned j = 0; j < m; j++)
-		keys[lo + at[j]].hash = hs[j];
-	for (unsigned i = lo; i < hi; i++)
-		if (!keys[i].status)
-			batch_addr(h, l, sh, &keys[i]);
 }
 
 /* Stage 2: bucket @b (0: the home, 1: the next) of key @k's pair on its

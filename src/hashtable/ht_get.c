@@ -600,27 +600,19 @@ get_many_issue(struct htloop *l, struct get_op **gs, unsigned m)
 		}
 }
 
-/* G-Opt's stages over the lookups started: every key hashed (four at a
- * time), its shard and home found, then every pair's read issued (the
+/* G-Opt's stages over the lookups started: every key hashed, its shard
+ * and home found, then every pair's read issued (the
  * local ones prefetched, back to back, the remote ones batched by the
  * loop into one READ list per machine), and the local ones completed
  * together a pass later. */
 static void get_many_start(farm_ht *h, struct htloop *l, struct get_op **gs,
                            unsigned m)
 {
-	const uint8_t *kp[FARM_HT_BATCH_MAX];
-	uint32_t kl[FARM_HT_BATCH_MAX];
-	uint64_t hs[FARM_HT_BATCH_MAX];
-	for (unsigned j = 0; j < m; j++) {
-		kp[j] = gs[j]->key;
-		kl[j] = gs[j]->klen;
-	}
-	farm_ht_hash_many(kp, kl, m, hs);
 	for (unsigned j = 0; j < m; j++) {
 		struct get_op *g = gs[j];
-		g->hash = hs[j];
-		g->sd = farm_ht_shard_of(h, hs[j], NULL);
-		g->b = home_of(hs[j], g->sd->nbuckets);
+		g->hash = farm_ht_hash(g->key, g->klen);
+		g->sd = farm_ht_shard_of(h, g->hash, NULL);
+		g->b = home_of(g->hash, g->sd->nbuckets);
 	}
 	hl_count(l, T_LOOKUPS, m);
 	l->gets_out += m; /* each until its get_end, as farm_ht_get's */

@@ -494,46 +494,29 @@ static bool mg_route(struct mg *m, uint32_t i, int8_t *serves)
 	return false;
 }
 
-/* Copy each key into the batch, hash them all, then route each
- * (mg_route). The hashes are G-Opt's first stage: farm_ht_hash_many steps
- * four keys' FNV chains together, where one key's chain is a run of
- * dependent multiplies. A bad key fails alone. Returns how many were
- * local. */
+/* Copy each key into the batch, hash it and route it (mg_route). A bad
+ * key fails alone. Returns how many were local. */
 static unsigned mg_classify(struct mg *m, const void *const *keys,
                             const uint32_t *klens)
 {
-	enum { CHUNK = 64 };
 	size_t off = 0;
 	unsigned local = 0;
 	int8_t serves[MAX_SHARDS];
 	memset(serves, -1, m->kv->nshards);
-	const uint8_t *kp[CHUNK];
-	uint32_t kl[CHUNK], ix[CHUNK];
-	uint64_t hs[CHUNK];
-	for (uint32_t at = 0; at < m->n; at += CHUNK) {
-		uint32_t end = m->n - at < CHUNK ? m->n : at + CHUNK;
-		unsigned c = 0;
-		for (uint32_t i = at; i < end; i++) {
-			struct mg_key *k = &m->k[i];
-			*k = (struct mg_key){.m = m};
-			int rc = check_key(keys[i], klens[i]);
-			if (rc) { /* this key fails alone */
-				mg_finish_key(m, i, rc, NULL, 0);
-				continue;
-			}
-			memcpy(m->keybuf + off, keys[i], klens[i]);
-			k->key = m->keybuf + off;
-			k->klen = klens[i];
-			off += klens[i];
-			kp[c] = k->key;
-			kl[c] = k->klen;
-			ix[c++] = i;
+	for (uint32_t i = 0; i < m->n; i++) {
+		struct mg_key *k = &m->k[i];
+		*k = (struct mg_key){.m = m};
+		int rc = check_key(keys[i], klens[i]);
+		if (rc) { /* this key fails alone */
+			mg_finish_key(m, i, rc, NULL, 0);
+			continue;
 		}
-		farm_ht_hash_many(kp, kl, c, hs);
-		for (unsigned j = 0; j < c; j++) {
-			m->k[ix[j]].hash = hs[j];
-			local += mg_route(m, ix[j], serves);
-		}
+		memcpy(m->keybuf + off, keys[i], klens[i]);
+		k->key = m->keybuf + off;
+		k->klen = klens[i];
+		off += klens[i];
+		k->hash = farm_ht_hash(k->key, k->klen);
+		local += mg_route(m, i, serves);
 	}
 	return local;
 }

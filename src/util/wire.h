@@ -18,6 +18,6 @@
 #ifndef FARM_UTIL_WIRE_H
 #define FARM_UTIL_WIRE_H
 
-#define FARM_WIRE_VERSION 3u
+#define FARM_WIRE_VERSION 4u
 
 #endif
