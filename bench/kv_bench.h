@@ -438,6 +438,7 @@ struct mach {
 	farm_loop *loop;
 	farm_kv *kv;
 	uint64_t nkeys;
+	const char *base; /* the cluster's directory (kb_machine_main) */
 	uint32_t *stream;
 	int stream_wl; /* the workload m->stream was made for, + 1 */
 	uint32_t *own; /* key numbers of this machine's shard */

@@ -795,7 +795,7 @@ static int mach_cmd(struct mach *m, int cmd)
 
 int kb_machine_main(uint32_t id, const char *base, uint64_t nkeys, int cpu)
 {
-	struct mach m = {.id = id, .nkeys = nkeys};
+	struct mach m = {.id = id, .nkeys = nkeys, .base = base};
 	bu_pin_to(cpu, PROG);
 	int rc = mach_open(&m, id, base, nkeys);
 	if (!rc && kb_inner && kb_inner->ready)

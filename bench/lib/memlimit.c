@@ -108,8 +108,8 @@ static uint64_t thread_cpu_ns(void)
 	return (uint64_t)ts.tv_sec * BU_NS_PER_S + (uint64_t)ts.tv_nsec;
 }
 
-double ml_run(const struct ml_table *t, unsigned depth, double seconds,
-              double *per_cpu_s)
+int ml_slice(const struct ml_table *t, unsigned depth, double seconds,
+             struct ml_tally *tl)
 {
 	if (depth < 1)
 		depth = 1;
@@ -118,9 +118,9 @@ double ml_run(const struct ml_table *t, unsigned depth, double seconds,
 	const uint32_t span = 2 * t->bucket_bytes;
 	uint8_t *buf = aligned_alloc(ML_LINE, (size_t)depth * span);
 	if (!buf)
-		return 0;
+		return -ENOMEM;
 	const uint8_t *p[ML_MAX_DEPTH];
-	uint64_t n = 0, ctr = 0, sum = 0;
+	uint64_t n = 0, ctr = tl->ctr, sum = 0;
 	uint64_t c0 = thread_cpu_ns();
 	uint64_t t0 = bu_now_ns(), now = t0;
 	uint64_t dur = (uint64_t)(seconds * 1e9);
@@ -144,10 +144,24 @@ double ml_run(const struct ml_table *t, unsigned depth, double seconds,
 		}
 		now = bu_now_ns();
 	}
-	uint64_t cpu = thread_cpu_ns() - c0;
-	if (per_cpu_s)
-		*per_cpu_s = cpu ? (double)n / ((double)cpu / 1e9) : 0;
+	tl->cpu_ns += thread_cpu_ns() - c0;
+	tl->ns += now - t0;
+	tl->n += n;
+	tl->ctr = ctr;
 	ml_sink = sum;
 	free(buf);
-	return (double)n / ((double)(now - t0) / 1e9);
+	return 0;
+}
+
+double ml_run(const struct ml_table *t, unsigned depth, double seconds,
+              double *per_cpu_s)
+{
+	struct ml_tally tl = {0};
+	if (ml_slice(t, depth, seconds, &tl) || !tl.ns)
+		return 0;
+	if (per_cpu_s)
+		*per_cpu_s = tl.cpu_ns
+		                     ? (double)tl.n / ((double)tl.cpu_ns / 1e9)
+		                     : 0;
+	return (double)tl.n / ((double)tl.ns / 1e9);
 }

@@ -39,4 +39,17 @@ void ml_close(struct ml_table *t);
 double ml_run(const struct ml_table *t, unsigned depth, double seconds,
               double *per_cpu_s);
 
+/* A measurement in slices (ml_slice), taken in turns with another loop
+ * so that both meet the same state of a shared host: the lookups, the
+ * wall and CPU time of the slices so far, and where the random homes
+ * go on from. Zero it before the first slice. */
+struct ml_tally {
+	uint64_t n, ns, cpu_ns;
+	uint64_t ctr;
+};
+
+/* ml_run for @seconds, its figures added to @tl. 0, or -ENOMEM. */
+int ml_slice(const struct ml_table *t, unsigned depth, double seconds,
+             struct ml_tally *tl);
+
 #endif

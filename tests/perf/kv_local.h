@@ -15,6 +15,15 @@
 #define GOAL_LOCAL          0.5
 #define GOAL_LOCAL_VS_LIMIT 0.7
 
+/* Machine 0's CMD_INNER, by the command's workload field: a turn of the
+ * plain loop, a turn of the limit with PLAIN_BATCH in flight (on the
+ * same CPU, in the same process, so that both meet the same state of
+ * the host; the table made at the first turn, the turns' figures so far
+ * into g_sh->res[0]), or the limit's table unmapped. */
+enum { KL_PLAIN = 0, KL_LIMIT = 1, KL_LIMIT_END = 2 };
+/* The turns of each that a run takes, alternating. */
+#define KL_TURNS 10u
+
 /* The shards' descriptors (struct farm_ht_shard, MAXM of them) in a page
  * the machine processes share: made before they are forked. */
 struct farm_ht_shard;

@@ -5,6 +5,7 @@
  * home bucket. The rest of the machine is kv_bench's (bench/kv_mach.c).
  */
 #include "kv_local.h"
+#include "memlimit.h"
 
 #include "hashtable/ht.h"
 #include "kv/kv.h"
@@ -187,10 +188,44 @@ static uint64_t thread_cpu_ns(void)
 	return (uint64_t)ts.tv_sec * NS + (uint64_t)ts.tv_nsec;
 }
 
+/* The limit's table and its turns so far (KL_LIMIT). */
+static struct ml_table kl_lim;
+static struct ml_tally kl_tally;
+
+/* A turn of the limit loop for @dur ns over a table the size and layout
+ * of the cluster's shards (as kb_run_limit's), made at the first turn;
+ * the turns' figures so far into g_sh->res[m->id]. */
+static int kl_limit(struct mach *m, uint64_t dur)
+{
+	if (!kl_lim.base) {
+		uint64_t nb = (uint64_t)g_opt.machines *
+		              (kb_buckets_for(m->nkeys) + 1ull);
+		int rc = ml_open(&kl_lim, nb - 1, kb_bucket_bytes(), m->base);
+		if (rc)
+			return rc;
+		kl_tally = (struct ml_tally){0};
+	}
+	int rc = ml_slice(&kl_lim, PLAIN_BATCH, (double)dur / 1e9, &kl_tally);
+	if (rc)
+		return rc;
+	struct mres *r = &g_sh->res[m->id];
+	r->ops = r->gets = r->keys = kl_tally.n;
+	r->ns = kl_tally.ns;
+	r->cpu_ns = kl_tally.cpu_ns;
+	return 0;
+}
+
 /* The plain loop: lookups of own-shard keys straight from local memory,
- * for @dur ns; its figures into g_sh->res[m->id]. */
+ * for @dur ns; its figures into g_sh->res[m->id]. (CMD_INNER: a turn of
+ * the limit instead, or its end, by g_sh->wl.) */
 static int kl_plain(struct mach *m, uint64_t dur)
 {
+	if (g_sh->wl == KL_LIMIT)
+		return kl_limit(m, dur);
+	if (g_sh->wl == KL_LIMIT_END) {
+		ml_close(&kl_lim);
+		return 0;
+	}
 	struct mres *r = &g_sh->res[m->id];
 	struct plain p;
 	int rc = kb_make_stream(m, W_LOCAL);
@@ -198,7 +233,10 @@ static int kl_plain(struct mach *m, uint64_t dur)
 		rc = plain_open(&p, m);
 	if (rc)
 		return rc;
-	uint64_t n = 0, gen = 0, c0 = thread_cpu_ns();
+	/* The stream goes on where the last turn left it (kv_local_bench
+	 * takes the loop in turns with the limit's). */
+	static uint64_t gen;
+	uint64_t n = 0, c0 = thread_cpu_ns();
 	uint64_t t0 = bu_now_ns(), now = t0;
 	r->nsamp = 0;
 	while (now - t0 < dur) {
