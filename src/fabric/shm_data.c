@@ -651,8 +651,11 @@ static int post_general(struct shm_ep *ep, struct shm_op *op, farm_wr *wr,
 
 /* Prefetch the lines of the general path's READs from ring position
  * @first on (post_read() prefetched its own) in one tight loop, so their
- * TLB misses and cache misses overlap. */
-static void prefetch_general(const struct shm_ep *ep, uint32_t first)
+ * TLB misses and cache misses overlap. Always inline: a function of
+ * prefetches alone is pure to GCC when not inlined, and its calls are
+ * deleted (ht_batch.c, batch_prefetch). */
+static inline __attribute__((always_inline)) void
+prefetch_general(const struct shm_ep *ep, uint32_t first)
 {
 	for (uint32_t t = first; t != ep->tail; t++) {
 		const struct shm_op *op = &ep->ops[t & ep->mask];
