@@ -70,32 +70,13 @@ static void batch_stage1(farm_ht *h, struct htloop *l, struct ht_shards *sh,
 }
 
 /* Stage 2: bucket @b (0: the home, 1: the next) of key @k's pair on its
- * way to the cache. Always inline: to GCC a prefetch has no side effect,
- * so a function of prefetches alone that it does not inline is pure, and
- * its calls, whose result nobody uses, are deleted (GCC 12 did so to the
- * switch below before it had the attribute: no prefetch was left, and the
- * plain loop ran at half its speed). */
+ * way to the cache. Always inline, as ht_prefetch_lines is and for its
+ * reason: a function of prefetches alone is pure to GCC. */
 static inline __attribute__((always_inline)) void
 batch_prefetch(const farm_ht *h, const struct farm_ht_lkey *k, unsigned b)
 {
 	unsigned n = h->bucket_lines;
-	const uint8_t *p = k->lp + (size_t)b * 64u * n;
-	/* Straight-line for the usual bucket sizes (a loop's counter and
-	 * branch were as many instructions as its prefetches), lines in
-	 * ascending order as the search reads them. */
-#define PF(i) __builtin_prefetch(p + 64u * (i), 0, 3)
-	/* clang-format off */
-	switch (n) {
-	case 3: PF(0); PF(1); PF(2); return;
-	case 4: PF(0); PF(1); PF(2); PF(3); return;
-	case 5: PF(0); PF(1); PF(2); PF(3); PF(4); return;
-	case 6: PF(0); PF(1); PF(2); PF(3); PF(4); PF(5); return;
-	default:
-		for (unsigned l = 0; l < n; l++)
-			PF(l);
-	}
-	/* clang-format on */
-#undef PF
+	ht_prefetch_lines(k->lp + (size_t)b * 64u * n, n);
 }
 
 /* Key @k not in its pair, whose joint version is @fwd: its home's chain

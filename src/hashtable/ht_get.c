@@ -371,8 +371,9 @@ get_start_in(struct get_op *g, struct get_group *group)
 	                                        &p, &d);
 	if (!rc && p) {
 		/* A group's: the home bucket alone (get_group_done). */
-		for (uint32_t o = 0; o < (group ? bb : 2 * bb); o += 64)
-			__builtin_prefetch(p + o, 0, 3);
+		ht_prefetch_lines(p, h->bucket_lines);
+		if (!group)
+			ht_prefetch_lines(p + bb, h->bucket_lines);
 		g->lp = p;
 		if (group) {
 			g->gnext = NULL;
@@ -519,9 +520,8 @@ static void get_group_done(farm_loop *loop, void *ctx, int status)
 		farm_ht *h = g->h;
 		if (get_local_slot(g, 0, h->spb))
 			continue;
-		uint32_t bb = 64u * h->bucket_lines;
-		for (uint32_t o = bb; o < 2 * bb; o += 64)
-			__builtin_prefetch(g->lp + o, 0, 3);
+		ht_prefetch_lines(g->lp + 64u * h->bucket_lines,
+		                  h->bucket_lines);
 		g->gnext = NULL;
 		*tail = g;
 		tail = &g->gnext;
