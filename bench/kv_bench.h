@@ -367,8 +367,10 @@ void kb_collect(unsigned n, struct fig *f);
 /* CPU time so far of the processes @pid[0..n-1], in ns. */
 uint64_t kb_cpu_of(const pid_t *pid, unsigned n);
 /* The limit loop over a table of the cluster's shards' size and layout,
- * into g_res. */
-int kb_run_limit(const struct cluster *c);
+ * into g_res. @have_plain: g_res.limit_plain and limit_plain_cpu (16 in
+ * flight) were measured by the caller (kv_local_bench's turns with its
+ * plain loop), and are not measured again. */
+int kb_run_limit(const struct cluster *c, bool have_plain);
 /* About the bytes the machines and the limit keep under /dev/shm at
  * --keys (for the private tmpfs's size, benchpages.h). */
 uint64_t kb_shm_need(void);

@@ -272,7 +272,7 @@ uint64_t kb_shm_need(void)
 	        ((uint64_t)nb + 1) * kb_bucket_bytes() + (64ull << 20));
 }
 
-int kb_run_limit(const struct cluster *c)
+int kb_run_limit(const struct cluster *c, bool have_plain)
 {
 	/* Each shard: the buckets the machine asked for, and the last
 	 * home's neighbour. */
@@ -286,9 +286,10 @@ int kb_run_limit(const struct cluster *c)
 	g_res.limit_huge = (struct bp_huge){0, 0};
 	(void)bp_huge_of(0, c->base, &g_res.limit_huge);
 	g_res.limit_span = 2 * t.bucket_bytes;
-	double plain_cpu;
-	g_res.limit_plain = ml_run(&t, PLAIN_BATCH, g_opt.seconds, &plain_cpu);
-	g_res.limit_depth_cpu = g_res.limit_plain_cpu = plain_cpu;
+	if (!have_plain)
+		g_res.limit_plain = ml_run(&t, PLAIN_BATCH, g_opt.seconds,
+		                           &g_res.limit_plain_cpu);
+	g_res.limit_depth_cpu = g_res.limit_plain_cpu;
 	g_res.limit_depth = g_opt.depth == PLAIN_BATCH
 	                            ? g_res.limit_plain
 	                            : ml_run(&t, g_opt.depth, g_opt.seconds,

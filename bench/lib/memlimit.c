@@ -157,6 +157,8 @@ double ml_run(const struct ml_table *t, unsigned depth, double seconds,
               double *per_cpu_s)
 {
 	struct ml_tally tl = {0};
+	if (per_cpu_s)
+		*per_cpu_s = 0;
 	if (ml_slice(t, depth, seconds, &tl) || !tl.ns)
 		return 0;
 	if (per_cpu_s)
