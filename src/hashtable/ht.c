@@ -1,7 +1,7 @@
 /*
  * The hashtable (ht.h, ht_int.h): creation, the loops that use it, its
- * shards, the hashing that picks a key's shard and home bucket, and the
- * counters.
+ * shards and the jump hash that picks a key's shard, and the counters
+ * (the key hash itself is inline in ht.h).
  */
 #include "hashtable/ht_int.h"
 

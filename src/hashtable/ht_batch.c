@@ -69,16 +69,6 @@ static void batch_stage1(farm_ht *h, struct htloop *l, struct ht_shards *sh,
 	}
 }
 
-/* Stage 2: bucket @b (0: the home, 1: the next) of key @k's pair on its
- * way to the cache. Always inline, as ht_prefetch_lines is and for its
- * reason: a function of prefetches alone is pure to GCC. */
-static inline __attribute__((always_inline)) void
-batch_prefetch(const farm_ht *h, const struct farm_ht_lkey *k, unsigned b)
-{
-	unsigned n = h->bucket_lines;
-	ht_prefetch_lines(k->lp + (size_t)b * 64u * n, n);
-}
-
 /* Key @k not in its pair, whose joint version is @fwd: its home's chain
  * from block @p on, when every block is here, each copied into @img (the
  * pair is no longer needed) and checked as farm_ht_get's chain walk
@@ -157,8 +147,7 @@ static void batch_chain_queue(farm_ht *h, struct htloop *l,
 	uint64_t bytes = 64ull * h->block_lines;
 	if (!farm_as_resolve_cached(h->as, &l->rc, p.addr, bytes, &lp, &d) &&
 	    lp)
-		for (uint64_t o = 0; o < bytes; o += 64)
-			__builtin_prefetch(lp + o, 0, 3);
+		ht_prefetch_lines(lp, h->block_lines);
 	cq->idx[cq->n] = (uint8_t)i;
 	cq->fwd[cq->n] = fwd;
 	cq->p[cq->n++] = p;
@@ -276,7 +265,7 @@ static void batch_groups(farm_ht *h, struct htloop *l,
 		unsigned ne = n - e < G ? n : e + G;
 		for (unsigned i = g; i < e; i++)
 			if (keys[i].lp)
-				batch_prefetch(h, &keys[i], 0);
+				ht_prefetch_lines(keys[i].lp, h->bucket_lines);
 		/* The next group's hashing while this group's misses are
 		 * in flight. */
 		batch_stage1(h, l, &shards, keys, e, ne, hashed);
@@ -289,7 +278,8 @@ static void batch_groups(farm_ht *h, struct htloop *l,
 			uint8_t *out = scratch + (size_t)i * span;
 			if (!k->lp || batch_home(h, k, out))
 				continue;
-			batch_prefetch(h, k, 1);
+			ht_prefetch_lines(k->lp + 64u * h->bucket_lines,
+			                  h->bucket_lines);
 			pend.idx[pend.n++] = (uint8_t)i;
 		}
 	}

@@ -203,8 +203,7 @@ static int first_issue(struct first_op *f, farm_gaddr a, uint32_t len)
 	farm_mr_desc d;
 	int rc = farm_as_resolve_cached(f->h->as, &l->rc, a, len, &lp, &d);
 	if (!rc && lp) {
-		for (uint32_t o = 0; o < len; o += 64)
-			__builtin_prefetch(lp + o, 0, 3);
+		ht_prefetch_lines(lp, (len + 63u) / 64u);
 		f->lp = lp;
 		return farm_loop_defer(l->loop, first_read_done, f);
 	}

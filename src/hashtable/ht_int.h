@@ -2,7 +2,7 @@
  * Internal to the hashtable (ht.h): the layout of buckets, chain blocks
  * and slots, the table's and each loop's state, and what the files share.
  *
- *   ht.c        the table: creation, loops, shards, hashing, counters
+ *   ht.c        the table: creation, loops, shards (jump hash), counters
  *   ht_get.c    lookups (farm_ht_get, farm_ht_get_many): lock-free reads
  *   ht_first.c  a lookup's first read alone (farm_ht_get_first)
  *   ht_pair.c   a bucket pair's image checked and searched in place

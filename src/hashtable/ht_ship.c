@@ -576,8 +576,7 @@ static void op_prefetch(struct htloop *l, unsigned shard, uint64_t hash)
 	farm_mr_desc d;
 	if (farm_as_resolve_cached(h->as, &l->rc, a, 2ull * bb, &p, &d) || !p)
 		return;
-	for (uint32_t o = 0; o < 2 * bb; o += 64)
-		__builtin_prefetch(p + o, 0, 3);
+	ht_prefetch_lines(p, 2u * h->bucket_lines);
 }
 
 void farm_ht_h_op(farm_loop *loop, const farm_msg_in *in, void *arg)
