@@ -125,6 +125,7 @@ struct inbox_item {
 	farm_work_fn fn; /* NULL: a message */
 	void *ctx;
 	struct wire_msg m;
+	uint32_t cap; /* payload bytes it has room for */
 	uint8_t payload[];
 };
 
@@ -286,6 +287,11 @@ struct farm_loop {
 	 * and takes them, so they need none of the inbox's atomics. Linked
 	 * through node.next. */
 	struct inbox_item *self_head, *self_tail;
+	/* Items kept for the messages it sends itself (self_item), linked
+	 * through node.next: a request to a shard it serves and its answer
+	 * took a malloc and a free each. */
+	struct inbox_item *free_items;
+	unsigned nfree_items;
 	bool unstamped;     /* calls made in this pass await their deadline */
 	bool hand_back_due; /* a ring consumed an eighth: farm_msg_hand_back_due
 	                       after the flush */
@@ -355,6 +361,8 @@ void farm_msg_chan_free(farm_loop *loop, struct out_chan *c);
 /* msg_probe.c: free the probe's endpoints and queue (at destroy). */
 void farm_msg_probe_free(farm_msg *msg);
 struct inbox_item *farm_msg_item_new(uint32_t len);
+/* The items @loop keeps for its own messages, freed (at its close). */
+void farm_msg_items_free(farm_loop *loop);
 void farm_msg_inbox_push(farm_msg *msg, unsigned r, struct inbox_item *it);
 int farm_msg_send_wire(farm_loop *loop, uint32_t machine, unsigned thread,
                        const struct wire_msg *m, const void *payload);

@@ -47,6 +47,7 @@ static void pin_thread(unsigned idx)
 
 static void loop_free(farm_loop *loop)
 {
+	farm_msg_items_free(loop);
 	free(loop->out);
 	free(loop->in);
 	free(loop->peer_list);

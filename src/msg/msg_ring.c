@@ -412,9 +412,62 @@ unsigned farm_loop_unsent(const farm_loop *loop)
 struct inbox_item *farm_msg_item_new(uint32_t len)
 {
 	struct inbox_item *it = malloc(sizeof(*it) + len);
-	if (it)
+	if (it) {
 		cds_wfcq_node_init(&it->node);
+		it->cap = len;
+	}
 	return it;
+}
+
+/* Items a loop keeps for its own messages, at most, and the payload room
+ * a fresh one gets (a shipped write and its answer fit): a message that
+ * needs more takes a larger one, which is kept like any other. */
+#define ITEM_KEEP 64u
+#define ITEM_ROOM 256u
+
+/* An item for a message of @len bytes the loop sends itself: from its
+ * free list when the head has the room; NULL out of memory. */
+static struct inbox_item *self_item(farm_loop *loop, uint32_t len)
+{
+	struct inbox_item *it = loop->free_items;
+	if (it && it->cap >= len) {
+		loop->free_items =
+		        it->node.next
+		                ? caa_container_of(it->node.next,
+		                                   struct inbox_item, node)
+		                : NULL;
+		loop->nfree_items--;
+		return it;
+	}
+	return farm_msg_item_new(len > ITEM_ROOM ? len : ITEM_ROOM);
+}
+
+/* @it run: kept for the loop's own messages when it has their room and
+ * the list is short, else freed. Any thread's item may be kept: only
+ * this loop's thread takes them. */
+static void item_done(farm_loop *loop, struct inbox_item *it)
+{
+	if (it->cap < ITEM_ROOM || loop->nfree_items >= ITEM_KEEP) {
+		free(it);
+		return;
+	}
+	it->node.next = loop->free_items ? &loop->free_items->node : NULL;
+	loop->free_items = it;
+	loop->nfree_items++;
+}
+
+void farm_msg_items_free(farm_loop *loop)
+{
+	while (loop->free_items) {
+		struct inbox_item *it = loop->free_items;
+		loop->free_items =
+		        it->node.next
+		                ? caa_container_of(it->node.next,
+		                                   struct inbox_item, node)
+		                : NULL;
+		free(it);
+	}
+	loop->nfree_items = 0;
 }
 
 /* Queue on loop @r of this machine and wake it if parked. */
@@ -463,7 +516,9 @@ static int send_local(farm_loop *loop, unsigned thread,
 	if ((m->kind == WIRE_ONEWAY || m->kind == WIRE_REQUEST) &&
 	    !wire_type_known(msg->types, m->type))
 		return -EINVAL;
-	struct inbox_item *it = farm_msg_item_new(m->len);
+	bool own = thread == loop->idx;
+	struct inbox_item *it =
+	        own ? self_item(loop, m->len) : farm_msg_item_new(m->len);
 	if (!it)
 		return -ENOMEM;
 	it->fn = NULL;
@@ -471,7 +526,7 @@ static int send_local(farm_loop *loop, unsigned thread,
 	it->m = *m;
 	if (m->len)
 		memcpy(it->payload, payload, m->len);
-	if (thread == loop->idx)
+	if (own)
 		self_push(loop, it);
 	else
 		farm_msg_inbox_push(msg, thread, it);
@@ -841,7 +896,7 @@ static void inbox_run(farm_loop *loop, struct inbox_item *it, int status)
 		it->fn(loop, it->ctx, status);
 	else if (status == 0)
 		deliver(loop, loop->msg->me, &it->m, it->payload);
-	free(it);
+	item_done(loop, it);
 }
 
 int farm_msg_poll_inbox(farm_loop *loop, int status)
