@@ -481,52 +481,71 @@ uint32_t farm_ring_target_primary(const farm_ring *ring, uint32_t region)
 	                                      farm_ring_pinned(ring, region));
 }
 
+/* Where @region is placed: its pin's lists or its arc's, found once
+ * (a binary search) for every list a caller asks for. */
+struct placed {
+	const uint32_t *rep;
+	uint32_t extra;
+	const uint32_t *succ; /* NULL: none; else FARM_RING_NO_EXTRA ends */
+};
+
+static struct placed placed_of(const farm_ring *ring, uint32_t region)
+{
+	const struct ring_pin *p = pin_of(ring, region);
+	if (p)
+		return (struct placed){.rep = p->rep,
+		                       .extra = p->extra,
+		                       .succ = ring->nleaving ? p->succ : NULL};
+	unsigned i;
+	const struct one_ring *R = arc_of(ring, region, &i);
+	size_t at = (size_t)i * ring->nrep;
+	return (struct placed){.rep = &R->reps[at],
+	                       .extra = R->extra[i],
+	                       .succ = R->succ ? &R->succ[at] : NULL};
+}
+
+/* @w's successors into @out; how many. */
+static unsigned succ_copy(const farm_ring *ring, const struct placed *w,
+                          uint32_t *out)
+{
+	unsigned n = 0;
+	while (w->succ && n < ring->nrep && w->succ[n] != FARM_RING_NO_EXTRA) {
+		out[n] = w->succ[n];
+		n++;
+	}
+	return n;
+}
+
 unsigned farm_ring_replicas(const farm_ring *ring, uint32_t region,
                             uint32_t *out)
 {
-	unsigned i;
-	const struct ring_pin *p = pin_of(ring, region);
-	const struct one_ring *R = p ? NULL : arc_of(ring, region, &i);
-	memcpy(out, p ? p->rep : &R->reps[(size_t)i * ring->nrep],
-	       ring->nrep * sizeof(*out));
+	struct placed w = placed_of(ring, region);
+	memcpy(out, w.rep, ring->nrep * sizeof(*out));
 	return ring->nrep;
 }
 
 uint32_t farm_ring_extra(const farm_ring *ring, uint32_t region)
 {
-	unsigned i;
-	const struct ring_pin *p = pin_of(ring, region);
-	return p ? p->extra : arc_of(ring, region, &i)->extra[i];
+	return placed_of(ring, region).extra;
 }
 
 unsigned farm_ring_holders(const farm_ring *ring, uint32_t region,
                            uint32_t *out)
 {
-	unsigned n = farm_ring_replicas(ring, region, out);
-	uint32_t x = farm_ring_extra(ring, region);
-	if (x != FARM_RING_NO_EXTRA)
-		out[n++] = x;
-	uint32_t sc[FARM_RING_MAX_REPLICAS];
-	unsigned ns = farm_ring_successors(ring, region, sc);
-	for (unsigned q = 0; q < ns; q++)
-		out[n++] = sc[q];
-	return n;
+	struct placed w = placed_of(ring, region);
+	unsigned n = ring->nrep;
+	for (unsigned q = 0; q < n; q++)
+		out[q] = w.rep[q];
+	if (w.extra != FARM_RING_NO_EXTRA)
+		out[n++] = w.extra;
+	return n + succ_copy(ring, &w, out + n);
 }
 
 unsigned farm_ring_successors(const farm_ring *ring, uint32_t region,
                               uint32_t *out)
 {
-	unsigned i, n = 0;
-	const struct ring_pin *p = pin_of(ring, region);
-	const struct one_ring *R = p ? NULL : arc_of(ring, region, &i);
-	const uint32_t *sc = p         ? (ring->nleaving ? p->succ : NULL)
-	                     : R->succ ? &R->succ[(size_t)i * ring->nrep]
-	                               : NULL;
-	while (sc && n < ring->nrep && sc[n] != FARM_RING_NO_EXTRA) {
-		out[n] = sc[n];
-		n++;
-	}
-	return n;
+	struct placed w = placed_of(ring, region);
+	return succ_copy(ring, &w, out);
 }
 
 unsigned farm_ring_nleaving(const farm_ring *ring)
