@@ -182,6 +182,9 @@ struct mres {
 
 struct shared {
 	_Atomic int seq; /* command number; machines act on a new one */
+	/* Set while this process measures the limit: machines with no
+	 * command nap between idle passes (kb_machine_main). */
+	_Atomic int nap;
 	int cmd, wl;
 	uint64_t nkeys;
 	uint64_t go_ns, dur_ns, warm_ns;
@@ -307,7 +310,10 @@ struct results {
 	 * a time; the table's bytes and its span. */
 	double limit_plain, limit_depth, limit_one;
 	/* per second of the loop's CPU time */
-	double limit_depth_cpu, limit_plain_cpu;
+	/* limit_depth_cpu: in turns with uniform C where limit_farm_cpu,
+	 * that run's lookups per second of the machines' CPU time, is
+	 * not 0 (kb_run_limit) */
+	double limit_depth_cpu, limit_plain_cpu, limit_farm_cpu;
 	uint64_t limit_bytes;
 	uint32_t limit_span;
 	uint64_t small_keys;
@@ -369,8 +375,9 @@ uint64_t kb_cpu_of(const pid_t *pid, unsigned n);
 /* The limit loop over a table of the cluster's shards' size and layout,
  * into g_res. @have_plain: g_res.limit_plain and limit_plain_cpu (16 in
  * flight) were measured by the caller (kv_local_bench's turns with its
- * plain loop), and are not measured again. */
-int kb_run_limit(const struct cluster *c, bool have_plain);
+ * plain loop), and are not measured again. @turns: --depth in flight is
+ * measured in turns with uniform C on @c (limit_farm_cpu). */
+int kb_run_limit(struct cluster *c, bool have_plain, bool turns);
 /* About the bytes the machines and the limit keep under /dev/shm at
  * --keys (for the private tmpfs's size, benchpages.h). */
 uint64_t kb_shm_need(void);

@@ -272,7 +272,47 @@ uint64_t kb_shm_need(void)
 	        ((uint64_t)nb + 1) * kb_bucket_bytes() + (64ull << 20));
 }
 
-int kb_run_limit(const struct cluster *c, bool have_plain)
+/* kv_lookups_vs_limit's two figures in turns: uniform C on the cluster,
+ * then the limit loop with as many in flight (this process, the machines
+ * napping), LIMIT_TURNS times, each figure per CPU-second summed over its
+ * turns. Measured minutes apart, the limit alone moved 9-19 M per
+ * CPU-second with the host's state (docs/benchmarks.md); in turns both
+ * figures see the same host. */
+#define LIMIT_TURNS 5
+static int limit_turns(struct cluster *c, const struct ml_table *t)
+{
+	double keys = 0, cores = 0;
+	struct ml_tally tl = {0};
+	int rc = 0;
+	printf("  the limit in turns with uniform C (%u of each, %.3g s):\n",
+	       LIMIT_TURNS, g_opt.seconds);
+	for (unsigned i = 0; i < LIMIT_TURNS && !rc && !interrupted; i++) {
+		struct fig f = {0};
+		rc = kb_cluster_run(c, W_C, &f);
+		if (rc)
+			break;
+		keys += f.keys;
+		cores += f.cores;
+		atomic_store(&g_sh->nap, 1);
+		rc = ml_slice(t, g_opt.depth, g_opt.seconds, &tl);
+		atomic_store(&g_sh->nap, 0);
+	}
+	if (!rc && interrupted)
+		rc = -EINTR;
+	if (rc || !tl.ns || !tl.cpu_ns || cores <= 0)
+		return rc ? rc : -EIO;
+	g_res.limit_farm_cpu = keys / cores;
+	g_res.limit_depth = (double)tl.n * 1e9 / (double)tl.ns;
+	g_res.limit_depth_cpu = (double)tl.n * 1e9 / (double)tl.cpu_ns;
+	printf("  in turns: farm %.3f M lookups per CPU-s, limit(%u) %.3f M; "
+	       "farm / limit %.3f\n",
+	       g_res.limit_farm_cpu / 1e6, g_opt.depth,
+	       g_res.limit_depth_cpu / 1e6,
+	       g_res.limit_farm_cpu / g_res.limit_depth_cpu);
+	return 0;
+}
+
+int kb_run_limit(struct cluster *c, bool have_plain, bool turns)
 {
 	/* Each shard: the buckets the machine asked for, and the last
 	 * home's neighbour. */
@@ -286,16 +326,24 @@ int kb_run_limit(const struct cluster *c, bool have_plain)
 	g_res.limit_huge = (struct bp_huge){0, 0};
 	(void)bp_huge_of(0, c->base, &g_res.limit_huge);
 	g_res.limit_span = 2 * t.bucket_bytes;
+	g_res.limit_farm_cpu = 0;
+	/* The machines nap while it runs: the loop has a CPU to itself. */
+	atomic_store(&g_sh->nap, 1);
 	if (!have_plain)
 		g_res.limit_plain = ml_run(&t, PLAIN_BATCH, g_opt.seconds,
 		                           &g_res.limit_plain_cpu);
 	g_res.limit_depth_cpu = g_res.limit_plain_cpu;
-	g_res.limit_depth = g_opt.depth == PLAIN_BATCH
+	g_res.limit_depth = g_opt.depth == PLAIN_BATCH || turns
 	                            ? g_res.limit_plain
 	                            : ml_run(&t, g_opt.depth, g_opt.seconds,
 	                                     &g_res.limit_depth_cpu);
 	g_res.limit_one = ml_run(&t, 1, g_opt.seconds, NULL);
+	atomic_store(&g_sh->nap, 0);
+	if (turns)
+		rc = limit_turns(c, &t);
 	ml_close(&t);
+	if (rc)
+		return rc;
 	printf("  limit table: %.0f%% mapped by 2 MiB entries\n",
 	       100 * BU_MAX(bp_huge_share(&g_res.limit_huge), 0.0));
 	printf("  limit loop (one thread, %.0f MB table, %u B per lookup): "

@@ -8,6 +8,16 @@
 
 const struct results *g_pages_res[2];
 
+/* The farm's uniform C lookups per CPU-second that the limit is judged
+ * against in @r: the turns' (kb_run_limit), else the workload's run. */
+static double limit_farm(const struct results *r)
+{
+	const struct fig *fw = &r->farm[W_C];
+	if (r->limit_farm_cpu > 0)
+		return r->limit_farm_cpu;
+	return fw->cores > 0 ? fw->keys / fw->cores : 0;
+}
+
 void kb_jfig(const char *name, const struct fig *f, bool ycsb, bool comma)
 {
 	if (!f->have) {
@@ -144,12 +154,12 @@ static void print_summary(double farm_c, double lat_us, const char *best_name,
 	       GOAL_VS_LIMIT);
 	/* Under other load the wall-clock figures measure time slices:
 	 * the same ratio per second of CPU the machines and the loop had. */
-	const struct fig *fc = &g_res.farm[W_C];
-	double farm_cpu = fc->cores > 0 ? fc->keys / fc->cores : 0;
-	printf("per CPU-second: farm %.3f M lookups (the machines' CPU time), "
-	       "limit(%u) %.3f M (the loop's); farm / limit %.3f (goal >= "
-	       "%.1f)\n",
-	       farm_cpu / 1e6, g_opt.depth, g_res.limit_depth_cpu / 1e6,
+	double farm_cpu = limit_farm(&g_res);
+	printf("per CPU-second%s: farm %.3f M lookups (the machines' CPU "
+	       "time), limit(%u) %.3f M (the loop's); farm / limit %.3f (goal "
+	       ">= %.1f)\n",
+	       g_res.limit_farm_cpu > 0 ? ", in turns" : "", farm_cpu / 1e6,
+	       g_opt.depth, g_res.limit_depth_cpu / 1e6,
 	       g_res.limit_depth_cpu > 0 ? farm_cpu / g_res.limit_depth_cpu : 0,
 	       GOAL_VS_LIMIT);
 	printf("best peer: %s, %.3f M GETs/s per server core; farm/peer "
@@ -209,14 +219,11 @@ static void jlimit(void)
 	       ", \"span_bytes\": %u, \"per_s_%u_in_flight\": %.0f, "
 	       "\"per_s_depth\": %.0f, \"per_s_one\": %.0f, "
 	       "\"per_cpu_s_depth\": %.0f, \"farm_uniform_c_per_cpu_s\": "
-	       "%.0f, \"per_cpu_s_16_in_flight\": %.0f",
+	       "%.0f, \"per_cpu_s_16_in_flight\": %.0f, \"in_turns\": %s",
 	       g_res.limit_bytes, g_res.limit_span, PLAIN_BATCH,
 	       g_res.limit_plain, g_res.limit_depth, g_res.limit_one,
-	       g_res.limit_depth_cpu,
-	       g_res.farm[W_C].cores > 0
-	               ? g_res.farm[W_C].keys / g_res.farm[W_C].cores
-	               : 0,
-	       g_res.limit_plain_cpu);
+	       g_res.limit_depth_cpu, limit_farm(&g_res), g_res.limit_plain_cpu,
+	       g_res.limit_farm_cpu > 0 ? "true" : "false");
 }
 
 /* The goal against the limit, last in `goals`. */
@@ -225,8 +232,7 @@ static void jlimit_goals(void)
 	/* Per second of CPU time on both sides: the limit loop shares the
 	 * cores with the idle machines' polling and the host's other load,
 	 * so its wall-clock rate is not one core's. */
-	const struct fig *fw = &g_res.farm[W_C];
-	double farm_cpu = fw->cores > 0 ? fw->keys / fw->cores : 0;
+	double farm_cpu = limit_farm(&g_res);
 	double vs_lim = g_res.limit_depth_cpu > 0
 	                        ? farm_cpu / g_res.limit_depth_cpu
 	                        : 0;
@@ -239,8 +245,7 @@ static void jlimit_goals(void)
  * @depth in flight) in @r, or 0. */
 static double vs_limit(const struct results *r)
 {
-	const struct fig *fw = &r->farm[W_C];
-	double farm_cpu = fw->cores > 0 ? fw->keys / fw->cores : 0;
+	double farm_cpu = limit_farm(r);
 	return r->limit_depth_cpu > 0 ? farm_cpu / r->limit_depth_cpu : 0;
 }
 
