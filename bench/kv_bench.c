@@ -155,7 +155,7 @@ static int run_after(struct cluster *c)
 		rc = run_lat(c);
 	/* The limit is a reference figure: without it the goals that use
 	 * it print null, the rest of the run stands. */
-	if (!rc && !g_opt.any_mix && kb_run_limit(c, false, true))
+	if (!rc && !g_opt.any_mix && kb_run_limit(c, true))
 		fprintf(stderr, PROG ": no limit figure (above); its goals "
 		                     "are null\n");
 	if (!rc)

@@ -373,11 +373,11 @@ void kb_collect(unsigned n, struct fig *f);
 /* CPU time so far of the processes @pid[0..n-1], in ns. */
 uint64_t kb_cpu_of(const pid_t *pid, unsigned n);
 /* The limit loop over a table of the cluster's shards' size and layout,
- * into g_res. @have_plain: g_res.limit_plain and limit_plain_cpu (16 in
- * flight) were measured by the caller (kv_local_bench's turns with its
- * plain loop), and are not measured again. @turns: --depth in flight is
- * measured in turns with uniform C on @c (limit_farm_cpu). */
-int kb_run_limit(struct cluster *c, bool have_plain, bool turns);
+ * into g_res. @with_c (kv_bench): --depth in flight is measured in turns
+ * with uniform C on @c (limit_farm_cpu). Else (kv_local_bench) the
+ * caller measured 16 in flight (limit_plain, limit_plain_cpu) in turns
+ * with its plain loop, and --depth is measured once. */
+int kb_run_limit(struct cluster *c, bool with_c);
 /* About the bytes the machines and the limit keep under /dev/shm at
  * --keys (for the private tmpfs's size, benchpages.h). */
 uint64_t kb_shm_need(void);

@@ -312,7 +312,7 @@ static int limit_turns(struct cluster *c, const struct ml_table *t)
 	return 0;
 }
 
-int kb_run_limit(struct cluster *c, bool have_plain, bool turns)
+int kb_run_limit(struct cluster *c, bool with_c)
 {
 	/* Each shard: the buckets the machine asked for, and the last
 	 * home's neighbour. */
@@ -329,17 +329,19 @@ int kb_run_limit(struct cluster *c, bool have_plain, bool turns)
 	g_res.limit_farm_cpu = 0;
 	/* The machines nap while it runs: the loop has a CPU to itself. */
 	atomic_store(&g_sh->nap, 1);
-	if (!have_plain)
+	if (with_c) { /* --depth: in turns, below */
 		g_res.limit_plain = ml_run(&t, PLAIN_BATCH, g_opt.seconds,
 		                           &g_res.limit_plain_cpu);
-	g_res.limit_depth_cpu = g_res.limit_plain_cpu;
-	g_res.limit_depth = g_opt.depth == PLAIN_BATCH || turns
-	                            ? g_res.limit_plain
-	                            : ml_run(&t, g_opt.depth, g_opt.seconds,
-	                                     &g_res.limit_depth_cpu);
+	} else if (g_opt.depth != PLAIN_BATCH) {
+		g_res.limit_depth = ml_run(&t, g_opt.depth, g_opt.seconds,
+		                           &g_res.limit_depth_cpu);
+	} else { /* the caller's turns measured it */
+		g_res.limit_depth = g_res.limit_plain;
+		g_res.limit_depth_cpu = g_res.limit_plain_cpu;
+	}
 	g_res.limit_one = ml_run(&t, 1, g_opt.seconds, NULL);
 	atomic_store(&g_sh->nap, 0);
-	if (turns)
+	if (with_c)
 		rc = limit_turns(c, &t);
 	ml_close(&t);
 	if (rc)

@@ -793,19 +793,6 @@ static int mach_cmd(struct mach *m, int cmd)
 	}
 }
 
-/* An idle pass's pause while the coordinator measures the limit: a
- * machine busy-polling between commands held one of the host's two CPUs,
- * which the limit loop then shared with it (time slices, a cold cache
- * after each). 1 ms: a nap of 50 us woke each machine 20,000 times a
- * second on the CPU the loop ran on, and the loop lost a third of its
- * rate to that. Nothing of the benchmark's waits on an idle machine, and
- * its leases are renewed by their own thread. */
-static void idle_nap(void)
-{
-	struct timespec ts = {0, 1000000};
-	nanosleep(&ts, NULL);
-}
-
 int kb_machine_main(uint32_t id, const char *base, uint64_t nkeys, int cpu)
 {
 	struct mach m = {.id = id, .nkeys = nkeys, .base = base};
@@ -823,11 +810,18 @@ int kb_machine_main(uint32_t id, const char *base, uint64_t nkeys, int cpu)
 	int seen = 0;
 	for (;;) {
 		int s;
+		/* While the coordinator measures the limit, an idle pass
+		 * naps 1 ms: busy-polling, each machine held one of the
+		 * host's two CPUs and the limit loop shared one with it
+		 * (time slices, a cold cache after each). A 50 us nap woke
+		 * it up to 20,000 times a second on the loop's CPU, which
+		 * lost a third of its rate. Nothing of the benchmark's waits
+		 * on an idle machine; leases have their own thread. */
 		while ((s = atomic_load(&g_sh->seq)) == seen && !interrupted)
 			if (farm_loop_poll(m.loop) == 0 &&
 			    atomic_load_explicit(&g_sh->nap,
 			                         memory_order_relaxed))
-				idle_nap();
+				kb_nap_ms(1);
 		if (interrupted) {
 			rc = -EINTR;
 			break;

@@ -229,9 +229,9 @@ static void jlimit(void)
 /* The goal against the limit, last in `goals`. */
 static void jlimit_goals(void)
 {
-	/* Per second of CPU time on both sides: the limit loop shares the
-	 * cores with the idle machines' polling and the host's other load,
-	 * so its wall-clock rate is not one core's. */
+	/* Per second of CPU time on both sides, taken in turns
+	 * (kb_run_limit): the machines' CPU time is two cores', the loop's
+	 * one core's, and the host's other load takes from either. */
 	double farm_cpu = limit_farm(&g_res);
 	double vs_lim = g_res.limit_depth_cpu > 0
 	                        ? farm_cpu / g_res.limit_depth_cpu

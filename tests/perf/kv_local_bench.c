@@ -136,7 +136,7 @@ static int run_plain(struct cluster *c)
 	       g_res.limit_plain_cpu / 1e6);
 	/* The limit is a reference figure: without it its goal prints
 	 * null, the rest of the run stands. */
-	if (lrc || kb_run_limit(c, true, false))
+	if (lrc || kb_run_limit(c, false))
 		fprintf(stderr, PROG ": no limit figure (above); its goal is "
 		                     "null\n");
 	return 0;
