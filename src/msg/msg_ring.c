@@ -425,17 +425,22 @@ struct inbox_item *farm_msg_item_new(uint32_t len)
 #define ITEM_KEEP 64u
 #define ITEM_ROOM 256u
 
+/* The item after @it on a loop's own list (its messages to itself, its
+ * kept items: linked through node.next), or NULL. */
+static inline struct inbox_item *item_after(const struct inbox_item *it)
+{
+	return it->node.next ? caa_container_of(it->node.next,
+	                                        struct inbox_item, node)
+	                     : NULL;
+}
+
 /* An item for a message of @len bytes the loop sends itself: from its
  * free list when the head has the room; NULL out of memory. */
 static struct inbox_item *self_item(farm_loop *loop, uint32_t len)
 {
 	struct inbox_item *it = loop->free_items;
 	if (it && it->cap >= len) {
-		loop->free_items =
-		        it->node.next
-		                ? caa_container_of(it->node.next,
-		                                   struct inbox_item, node)
-		                : NULL;
+		loop->free_items = item_after(it);
 		loop->nfree_items--;
 		return it;
 	}
@@ -460,11 +465,7 @@ void farm_msg_items_free(farm_loop *loop)
 {
 	while (loop->free_items) {
 		struct inbox_item *it = loop->free_items;
-		loop->free_items =
-		        it->node.next
-		                ? caa_container_of(it->node.next,
-		                                   struct inbox_item, node)
-		                : NULL;
+		loop->free_items = item_after(it);
 		free(it);
 	}
 	loop->nfree_items = 0;
@@ -926,9 +927,7 @@ int farm_msg_poll_inbox(farm_loop *loop, int status)
 	}
 	while (own) {
 		struct inbox_item *it = own;
-		own = it->node.next ? caa_container_of(it->node.next,
-		                                       struct inbox_item, node)
-		                    : NULL;
+		own = item_after(it);
 		inbox_run(loop, it, status);
 		got++;
 	}
