@@ -46,14 +46,20 @@
  * With --keys above 1M the same cluster set-up is first run with 1M keys
  * (read-only uniform and Zipf) for the size-scaling goal.
  *
- * Peers (after the machines are gone): memcached -t 1 and redis-server
- * (single-threaded) on loopback free ports, started here, stopped by pid
- * (also on failure; they die with this process: PR_SET_PDEATHSIG). Loaded
- * with the same keys (pipelined); then the same workloads from M client
- * threads, one connection each: "pipe" (memcached meta mg/ms, Redis
- * GET/SET/MGET, `depth` requests per batch; a read-modify-write's set
- * goes in a second round after the batch's replies) and "single" (one
- * request at a time per connection).
+ * Peers, beside the cluster of the judged page size: memcached -t 1 and
+ * redis-server (single-threaded) on loopback free ports, started here
+ * once the cluster is loaded, stopped by pid (also on failure; they die
+ * with this process: PR_SET_PDEATHSIG). Loaded with the same keys
+ * (pipelined) and warmed up until their rate stops climbing
+ * (kb_peer_settle); then the same workloads from M client threads, one
+ * connection each: "pipe" (memcached meta mg/ms, Redis GET/SET/MGET,
+ * `depth` requests per batch; a read-modify-write's set goes in a second
+ * round after the batch's replies) just after the farm's run of the same
+ * workload (so each ratio is of figures seconds apart, not minutes: the
+ * host's speed moves by a third between minutes), the machines napping
+ * while the peers run and the peers stopped while the farm runs; then,
+ * once the machines are gone, "single" (one request at a time per
+ * connection) and the unloaded GET.
  *
  * Output: a table, then, last, one JSON line (bench/README.md).
  *
@@ -163,7 +169,68 @@ static int run_after(struct cluster *c)
 	return rc;
 }
 
-static int run_farm(uint64_t nkeys, bool full, const char *tmp)
+/* The peers run beside the cluster, each workload on them just after
+ * the farm's: the host's speed moves by a third from one minute to the
+ * next, and a ratio of two figures taken seconds apart is one moment's.
+ * Each side has the cores as it would alone: the machines nap while a
+ * peer works, the peers are stopped (SIGSTOP) while the farm works. */
+static int peers_open(const char *tmp)
+{
+	int rc = 0;
+	atomic_store(&g_sh->nap, 1);
+	for (int p = 0; p < NPEER && !rc; p++) {
+		printf("== %s, beside the cluster (its machines nap)\n",
+		       pname[p]);
+		fflush(stdout);
+		if ((rc = kb_peer_open(p, tmp)))
+			while (p--)
+				(void)kb_peer_close(p, rc);
+	}
+	for (int p = 0; p < NPEER && !rc; p++)
+		if ((rc = kb_peer_settle(p)))
+			for (int q = 0; q < NPEER; q++)
+				(void)kb_peer_close(q, rc);
+	for (int p = 0; p < NPEER && !rc; p++)
+		kb_peer_hold(p, true);
+	atomic_store(&g_sh->nap, 0);
+	return rc;
+}
+
+/* Let the peers go on (@go) and the machines nap, or the other way. */
+static void peers_turn(bool go)
+{
+	atomic_store(&g_sh->nap, go);
+	for (int p = 0; p < NPEER; p++)
+		kb_peer_hold(p, !go);
+}
+
+/* Workload @w in @mode on each peer, the machines napping. */
+static int peers_run(int mode, int w)
+{
+	int rc = 0;
+	for (int p = 0; p < NPEER && !rc; p++)
+		if (kb_peer_wants(mode, w))
+			rc = kb_peer_run(p, mode, w);
+	return rc;
+}
+
+/* After the cluster has stopped (@rc: the outcome so far): the peers'
+ * one-request-at-a-time runs, then each peer's close. */
+static int peers_close(int rc)
+{
+	for (int p = 0; p < NPEER; p++)
+		kb_peer_hold(p, false);
+	for (int w = 0; w < NW && !rc; w++)
+		if (!interrupted)
+			rc = peers_run(M_SINGLE, w);
+	for (int p = 0; p < NPEER; p++)
+		rc = kb_peer_close(p, rc);
+	return rc;
+}
+
+/* The cluster with @nkeys, loaded, then the workloads (@full: all of the
+ * run's, else the 1M-key run's), each followed by the peers' (@peers). */
+static int run_farm(uint64_t nkeys, bool full, bool peers, const char *tmp)
 {
 	struct cluster c;
 	int rc = kb_cluster_start(&c, nkeys, tmp);
@@ -182,6 +249,9 @@ static int run_farm(uint64_t nkeys, bool full, const char *tmp)
 		       100 * BU_MAX(bp_huge_share(&g_res.huge), 0.0),
 		       g_res.huge.rss >> 20, bp_words(g_res.pages));
 	}
+	bool with_peers = !rc && peers;
+	if (with_peers && (rc = peers_open(tmp)))
+		with_peers = false;
 	int wls[NW], nwl = rc ? 0 : run_set(full, wls);
 	for (int i = 0; i < nwl && !rc; i++) {
 		int w = wls[i];
@@ -189,12 +259,17 @@ static int run_farm(uint64_t nkeys, bool full, const char *tmp)
 		                    full       ? &g_res.farm[w]
 		                    : w == W_C ? &g_res.small_c
 		                               : &g_res.small_zc);
+		if (!rc && with_peers && kb_peer_wants(M_PIPE, w)) {
+			peers_turn(true);
+			rc = peers_run(M_PIPE, w);
+			peers_turn(false);
+		}
 	}
 	if (!rc && full && !g_opt.demo)
 		rc = run_after(&c);
 	fflush(stdout);
 	kb_cluster_stop(&c);
-	return rc;
+	return with_peers ? peers_close(rc) : rc;
 }
 
 /* ---- main ---------------------------------------------------------------- */
@@ -301,7 +376,8 @@ static void usage(FILE *out)
 	        "                   private huge tmpfs on /dev/shm, then 1 s\n"
 	        "                   per measurement unless --seconds; else\n"
 	        "                   4k); goals judged on 2m when measured;\n"
-	        "                   the peers run once, outside\n"
+	        "                   the peers run once, beside the\n"
+	        "                   judged one's cluster\n"
 	        "  -h, --help       this text\n",
 	        MAXM);
 }
@@ -312,7 +388,7 @@ static int demo_main(const char *tmp)
 	printf("== libfarm: %u machines, %" PRIu64 " keys, YCSB-B for %.0f s\n",
 	       g_opt.machines, g_opt.keys, g_opt.seconds);
 	fflush(stdout);
-	int rc = run_farm(g_opt.keys, true, tmp);
+	int rc = run_farm(g_opt.keys, true, false, tmp);
 	bool mc_skipped = !kb_in_path("memcached");
 	if (!rc && !interrupted) {
 		if (mc_skipped)
@@ -350,7 +426,7 @@ static int demo_main(const char *tmp)
 struct farm_part {
 	const char *tmp;
 	unsigned pages;
-	bool small;
+	bool small, peers;
 	struct results res; /* in memory shared with main's process */
 };
 
@@ -362,11 +438,11 @@ static int farm_part(void *arg)
 	if (fp->small) {
 		g_res.small_keys = SMALL_KEYS;
 		printf("== farm, %" PRIu64 " keys\n", g_res.small_keys);
-		rc = run_farm(SMALL_KEYS, false, fp->tmp);
+		rc = run_farm(SMALL_KEYS, false, false, fp->tmp);
 	}
 	if (!rc) {
 		printf("== farm, %" PRIu64 " keys\n", g_opt.keys);
-		rc = run_farm(g_opt.keys, true, fp->tmp);
+		rc = run_farm(g_opt.keys, true, fp->peers, fp->tmp);
 	}
 	fp->res = g_res;
 	return kb_exit_status(rc, "");
@@ -391,7 +467,9 @@ static int farm_pages(const struct bp_plan *plan, const char *tmp)
 			continue;
 		fp[n].tmp = tmp;
 		fp[n].pages = bnet_shm(&g_opt.net) ? pg : 0;
-		fp[n].small = g_opt.small && (pg == BP_2M || plan->pages == pg);
+		bool judged = pg == BP_2M || plan->pages == pg;
+		fp[n].small = g_opt.small && judged;
+		fp[n].peers = g_opt.peers && judged;
 		fp[n].res = base;
 		if (fp[n].pages)
 			printf("=== %s pages\n", bp_words(pg));
@@ -413,29 +491,15 @@ static int farm_pages(const struct bp_plan *plan, const char *tmp)
 	return st;
 }
 
-/* The default run or --mix: farm (each page size), then the peers once
- * (their memory is their own heap, whatever /dev/shm is); the summary
- * and the JSON line. */
+/* The default run or --mix: farm (each page size; the peers beside the
+ * judged one's cluster), the summary and the JSON line. */
 static int bench_main(const struct bp_plan *plan, const char *tmp)
 {
 	uint64_t t0 = bu_now_ns();
-	int rc = 0;
 	int st = farm_pages(plan, tmp);
 	if (st)
 		return st;
-	double zn = g_sh->zeta_n;
-	if (!rc && g_opt.peers && !interrupted) {
-		/* The machines are gone: the peers have the cores. */
-		g_sh->zeta_n = zn;
-		for (int p = 0; p < NPEER && !rc; p++) {
-			printf("== %s\n", pname[p]);
-			rc = kb_run_peer(p, tmp);
-		}
-	}
 	g_res.total_s = (double)(bu_now_ns() - t0) / 1e9;
-	st = kb_exit_status(rc, "");
-	if (st)
-		return st;
 	print_all();
 	return 0;
 }

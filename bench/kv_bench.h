@@ -477,8 +477,29 @@ extern const struct kb_inner *const kb_inner;
 bool kb_runs(int w, bool peer);
 
 /* kv_peer.c: load @which (P_MC, P_REDIS) and run the workloads on it
- * (with --netns in machine 0's namespace, after kb_peer_netns). */
+ * (with --netns in machine 0's namespace, after kb_peer_netns):
+ * kb_peer_open, kb_peer_settle, kb_peer_run for each mode and workload
+ * kb_peer_wants, kb_peer_close. */
 int kb_run_peer(int which, const char *tmp);
+/* Start @which and load the keys. 0, or a negative code (said on
+ * stderr; nothing left running). */
+int kb_peer_open(int which, const char *tmp);
+/* Warm the open @which up (pipelined uniform C, not counted) until its
+ * rate stops climbing, or 30 s. 0, or a negative code. */
+int kb_peer_settle(int which);
+/* Stop the open @which's process (@hold) or let it go on: a peer's own
+ * background work (memcached's LRU maintainer, Redis's cron) would
+ * otherwise run while the farm is measured. */
+void kb_peer_hold(int which, bool hold);
+/* Whether the peers run workload @w in mode @mode (M_PIPE, M_SINGLE). */
+bool kb_peer_wants(int mode, int w);
+/* One run of workload @w in @mode on the open @which, into
+ * g_res.peer[which][mode][w]. 0, or a negative code (said). */
+int kb_peer_run(int which, int mode, int w);
+/* After the runs (@rc: their outcome): the unloaded GET (not --demo or
+ * --mix) when @rc is 0, then stop @which. g_res.peer_ok[which] set when
+ * all went well. The outcome. */
+int kb_peer_close(int which, int rc);
 /* --netns: the peers listen on machine 0's address, not loopback. 0, or
  * -EINVAL (said on stderr). */
 int kb_peer_netns(void);

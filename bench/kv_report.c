@@ -343,7 +343,9 @@ static void jhead(double rpl)
 /* The JSON line's "peers" object. */
 static void jpeers(void)
 {
-	printf("}, \"peers\": {");
+	/* Each pipelined run just after the farm's of the same workload
+	 * (kv_bench.c's peers_run). */
+	printf("}, \"peers\": {\"pipelined_after_farm_each\": true, ");
 	for (int p = 0; p < NPEER; p++) {
 		printf("\"%s\": {\"ok\": %s, \"server_cores\": 1, \"load_s\": "
 		       "%.2f",
