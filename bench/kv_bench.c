@@ -169,6 +169,10 @@ static int run_after(struct cluster *c)
 	return rc;
 }
 
+/* The machines' nap while a peer works: nothing waits on them then, and
+ * each wake-up takes a peer's core for a while. */
+#define PEER_NAP_MS 10
+
 /* The peers run beside the cluster, each workload on them just after
  * the farm's: the host's speed moves by a third from one minute to the
  * next, and a ratio of two figures taken seconds apart is one moment's.
@@ -177,7 +181,7 @@ static int run_after(struct cluster *c)
 static int peers_open(const char *tmp)
 {
 	int rc = 0;
-	atomic_store(&g_sh->nap, 1);
+	atomic_store(&g_sh->nap, PEER_NAP_MS);
 	for (int p = 0; p < NPEER && !rc; p++) {
 		printf("== %s, beside the cluster (its machines nap)\n",
 		       pname[p]);
@@ -199,7 +203,7 @@ static int peers_open(const char *tmp)
 /* Let the peers go on (@go) and the machines nap, or the other way. */
 static void peers_turn(bool go)
 {
-	atomic_store(&g_sh->nap, go);
+	atomic_store(&g_sh->nap, go ? PEER_NAP_MS : 0);
 	for (int p = 0; p < NPEER; p++)
 		kb_peer_hold(p, !go);
 }

@@ -182,8 +182,9 @@ struct mres {
 
 struct shared {
 	_Atomic int seq; /* command number; machines act on a new one */
-	/* Set while this process measures the limit: machines with no
-	 * command nap between idle passes (kb_machine_main). */
+	/* Milliseconds, or 0: while this process measures the limit or a
+	 * peer runs, machines with no command nap that long between idle
+	 * passes (kb_machine_main). */
 	_Atomic int nap;
 	int cmd, wl;
 	uint64_t nkeys;

@@ -811,17 +811,18 @@ int kb_machine_main(uint32_t id, const char *base, uint64_t nkeys, int cpu)
 	for (;;) {
 		int s;
 		/* While the coordinator measures the limit, an idle pass
-		 * naps 1 ms: busy-polling, each machine held one of the
-		 * host's two CPUs and the limit loop shared one with it
-		 * (time slices, a cold cache after each). A 50 us nap woke
-		 * it up to 20,000 times a second on the loop's CPU, which
+		 * naps 1 ms (10 while a peer runs): busy-polling, each machine
+		 * held one of the host's two CPUs and the limit loop shared one
+		 * with it (time slices, a cold cache after each). A 50 us nap
+		 * woke it up to 20,000 times a second on the loop's CPU, which
 		 * lost a third of its rate. Nothing of the benchmark's waits
 		 * on an idle machine; leases have their own thread. */
+		int nap;
 		while ((s = atomic_load(&g_sh->seq)) == seen && !interrupted)
 			if (farm_loop_poll(m.loop) == 0 &&
-			    atomic_load_explicit(&g_sh->nap,
-			                         memory_order_relaxed))
-				kb_nap_ms(1);
+			    (nap = atomic_load_explicit(&g_sh->nap,
+			                                memory_order_relaxed)))
+				kb_nap_ms(nap);
 		if (interrupted) {
 			rc = -EINTR;
 			break;
