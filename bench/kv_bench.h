@@ -369,6 +369,8 @@ int kb_cluster_load(struct cluster *c, bool full);
 /* Run workload @w for --seconds into @f (its rate, the machines' cores)
  * and say so. */
 int kb_cluster_run(struct cluster *c, int w, struct fig *f);
+/* The same for @secs. */
+int kb_cluster_run_for(struct cluster *c, int w, double secs, struct fig *f);
 /* The machines' results into @f (all of them). */
 void kb_collect(unsigned n, struct fig *f);
 /* CPU time so far of the processes @pid[0..n-1], in ns. */
@@ -494,9 +496,9 @@ int kb_peer_settle(int which);
 void kb_peer_hold(int which, bool hold);
 /* Whether the peers run workload @w in mode @mode (M_PIPE, M_SINGLE). */
 bool kb_peer_wants(int mode, int w);
-/* One run of workload @w in @mode on the open @which, into
- * g_res.peer[which][mode][w]. 0, or a negative code (said). */
-int kb_peer_run(int which, int mode, int w);
+/* One run of workload @w in @mode on the open @which for @secs, into
+ * @f, and say so. 0, or a negative code (said). */
+int kb_peer_run(int which, int mode, int w, double secs, struct fig *f);
 /* After the runs (@rc: their outcome): the unloaded GET (not --demo or
  * --mix) when @rc is 0, then stop @which. g_res.peer_ok[which] set when
  * all went well. The outcome. */

@@ -414,10 +414,15 @@ static void txm_sum(const struct cluster *c, uint64_t v[5])
 
 int kb_cluster_run(struct cluster *c, int w, struct fig *f)
 {
+	return kb_cluster_run_for(c, w, g_opt.seconds, f);
+}
+
+int kb_cluster_run_for(struct cluster *c, int w, double secs, struct fig *f)
+{
 	uint64_t t_before[5], t_after[5];
 	txm_sum(c, t_before);
 	uint64_t c0 = kb_cpu_of(c->pid, c->n), t0 = bu_now_ns();
-	int rc = kb_cluster_cmd(c, CMD_RUN, w, g_opt.seconds, false);
+	int rc = kb_cluster_cmd(c, CMD_RUN, w, secs, false);
 	if (rc)
 		return rc;
 	double cores = (double)(kb_cpu_of(c->pid, c->n) - c0) /

@@ -800,10 +800,9 @@ static int peer_run_for(int which, int mode, int w, double secs, struct fig *f)
 	return 0;
 }
 
-int kb_peer_run(int which, int mode, int w)
+int kb_peer_run(int which, int mode, int w, double secs, struct fig *f)
 {
-	struct fig *f = &g_res.peer[which][mode][w];
-	int rc = peer_run_for(which, mode, w, g_opt.seconds, f);
+	int rc = peer_run_for(which, mode, w, secs, f);
 	if (rc)
 		return rc;
 	printf("  %-9s %-9s %-20s %8.3f M ops/s, %.3f M keys/s, p50 %.1f us, "
@@ -819,9 +818,11 @@ int kb_peer_settle(int which)
 {
 	/* Just after its load a peer serves a fraction of its steady rate:
 	 * on this host memcached 0.10 M GETs/s in its first second, 0.29 M
-	 * after six; Redis 0.25 M in its first, 0.39 M from its second.
-	 * Runs of uniform C until one is no more than 5% faster than the
-	 * best before it: the rate has stopped climbing. */
+	 * after six; Redis 0.25 M in its first, 0.39 M from its second;
+	 * and Redis held (SIGSTOP) through the cluster's load 0.19 M in its
+	 * first half second after. Runs of uniform C until one is no more
+	 * than 5% faster than the best before it: the rate has stopped
+	 * climbing. */
 	double secs = BU_MIN(g_opt.seconds, 0.5), best = 0;
 	uint64_t t0 = bu_now_ns();
 	unsigned n = 0;
@@ -870,6 +871,7 @@ int kb_run_peer(int which, const char *tmp)
 	for (int mode = 0; mode < NMODE && !rc; mode++)
 		for (int w = 0; w < NW && !rc; w++)
 			if (kb_peer_wants(mode, w))
-				rc = kb_peer_run(which, mode, w);
+				rc = kb_peer_run(which, mode, w, g_opt.seconds,
+				                 &g_res.peer[which][mode][w]);
 	return kb_peer_close(which, rc);
 }
