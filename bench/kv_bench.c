@@ -244,12 +244,12 @@ static const struct fig *median_fig(const struct fig *f, unsigned n)
 	return by[n / 2];
 }
 
-/* Workload @w of a full run in ROUNDS turns of --seconds / ROUNDS (one
- * whole turn for --demo): the farm's, then (@peers) each peer's,
- * pipelined. Each side's figure is its median turn's: Redis's rate over
+/* Workload @w in ROUNDS turns of --seconds / ROUNDS (one whole turn for
+ * --demo): the farm's, into @dst, then (@peers) each peer's, pipelined,
+ * into g_res. Each side's figure is its median turn's: Redis's rate over
  * half a second moved 0.30-0.46 M within one minute on this host, and
  * one bad slice on either side would make the ratio. */
-static int run_rounds(struct cluster *c, int w, bool peers)
+static int run_rounds(struct cluster *c, int w, bool peers, struct fig *dst)
 {
 	unsigned n = g_opt.demo ? 1 : ROUNDS;
 	double secs = g_opt.seconds / n;
@@ -267,7 +267,7 @@ static int run_rounds(struct cluster *c, int w, bool peers)
 	}
 	if (rc)
 		return rc;
-	g_res.farm[w] = *median_fig(farm, n);
+	*dst = *median_fig(farm, n);
 	for (int p = 0; p < NPEER && pw; p++)
 		g_res.peer[p][M_PIPE][w] = *median_fig(peer[p], n);
 	return 0;
@@ -319,12 +319,10 @@ static int run_farm(uint64_t nkeys, bool full, bool peers, const char *tmp)
 	int wls[NW], nwl = rc ? 0 : run_set(full, wls);
 	for (int i = 0; i < nwl && !rc; i++) {
 		int w = wls[i];
-		if (full)
-			rc = run_rounds(&c, w, peers);
-		else
-			rc = kb_cluster_run(&c, w,
-			                    w == W_C ? &g_res.small_c
-			                             : &g_res.small_zc);
+		struct fig *dst = full       ? &g_res.farm[w]
+		                  : w == W_C ? &g_res.small_c
+		                             : &g_res.small_zc;
+		rc = run_rounds(&c, w, peers, dst);
 	}
 	if (!rc && full && !g_opt.demo)
 		rc = run_after(&c);
