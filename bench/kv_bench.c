@@ -207,8 +207,8 @@ static void peers_turn(bool go)
 }
 
 /* Warm each peer up, the machines napping (kb_peer_settle): after the
- * cluster's load, as a peer held through it served its first second
- * after at two thirds of its later rate. */
+ * cluster's load, as Redis held through it served its first half second
+ * after at about half its later rate. */
 static int peers_settle(void)
 {
 	int rc = 0;
@@ -292,7 +292,7 @@ static int peers_close(int rc)
 static int run_farm(uint64_t nkeys, bool full, bool peers, const char *tmp)
 {
 	/* The peers load first: for a minute after loading 10M keys each
-	 * the host was slow, the farm's and Redis's rates both about a
+	 * the host was slow, the farm's and Redis's rates a fifth to a
 	 * third lower than later, and the cluster's load covers it. They
 	 * warm up after it. */
 	int rc = peers ? peers_open(tmp) : 0;
