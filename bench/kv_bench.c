@@ -207,8 +207,8 @@ static void peers_turn(bool go)
 }
 
 /* Warm each peer up, the machines napping (kb_peer_settle): after the
- * cluster's load, as Redis held through it served its first half second
- * after at about half its later rate. */
+ * cluster's load, as Redis held through it served its first turn after
+ * at about half its later rate. */
 static int peers_settle(void)
 {
 	int rc = 0;
@@ -246,9 +246,9 @@ static const struct fig *median_fig(const struct fig *f, unsigned n)
 
 /* Workload @w in ROUNDS turns of --seconds / ROUNDS (one whole turn for
  * --demo): the farm's, into @dst, then (@peers) each peer's, pipelined,
- * into g_res. Each side's figure is its median turn's: Redis's rate over
- * half a second moved 0.30-0.46 M within one minute on this host, and
- * one bad slice on either side would make the ratio. */
+ * into g_res. Each side's figure is its median turn's: Redis's rate in
+ * 1 s runs moved 0.30-0.46 M within one minute on this host, and one
+ * bad slice on either side would make the ratio. */
 static int run_rounds(struct cluster *c, int w, bool peers, struct fig *dst)
 {
 	unsigned n = g_opt.demo ? 1 : ROUNDS;

@@ -490,9 +490,8 @@ int kb_peer_open(int which, const char *tmp);
 /* Warm the open @which up (pipelined uniform C, not counted) until its
  * rate stops climbing, or 30 s. 0, or a negative code. */
 int kb_peer_settle(int which);
-/* Stop the open @which's process (@hold) or let it go on: a peer's own
- * background work (memcached's LRU maintainer, Redis's cron) would
- * otherwise run while the farm is measured. */
+/* Stop the open @which's process (@hold) or let it go on: left running,
+ * the peers took a quarter of the machines' CPU in two workloads. */
 void kb_peer_hold(int which, bool hold);
 /* Whether the peers run workload @w in mode @mode (M_PIPE, M_SINGLE). */
 bool kb_peer_wants(int mode, int w);

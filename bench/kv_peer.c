@@ -820,7 +820,7 @@ int kb_peer_settle(int which)
 	 * on this host memcached 0.10 M GETs/s in its first second, 0.29 M
 	 * after six; Redis 0.25 M in its first, 0.39 M from its second;
 	 * and Redis held (SIGSTOP) through the cluster's load 0.19 M in its
-	 * first half second after. Runs of uniform C until one is no more
+	 * first turn after. Runs of uniform C until one is no more
 	 * than 5% faster than the best before it: the rate has stopped
 	 * climbing. */
 	double secs = BU_MIN(g_opt.seconds, 0.5), best = 0;
