@@ -219,17 +219,6 @@ static int peers_settle(void)
 	return rc;
 }
 
-/* Workload @w in @mode on each peer for --seconds, into g_res. */
-static int peers_run(int mode, int w)
-{
-	int rc = 0;
-	for (int p = 0; p < NPEER && !rc; p++)
-		if (kb_peer_wants(mode, w))
-			rc = kb_peer_run(p, mode, w, g_opt.seconds,
-			                 &g_res.peer[p][mode][w]);
-	return rc;
-}
-
 /* The figure of @n whose keys per second is the median (the upper one
  * of an even count). */
 static const struct fig *median_fig(const struct fig *f, unsigned n)
@@ -279,9 +268,11 @@ static int peers_close(int rc)
 {
 	for (int p = 0; p < NPEER; p++)
 		kb_peer_hold(p, false);
-	for (int w = 0; w < NW && !rc; w++)
-		if (!interrupted)
-			rc = peers_run(M_SINGLE, w);
+	for (int w = 0; w < NW && !rc && !interrupted; w++)
+		for (int p = 0; p < NPEER && !rc; p++)
+			if (kb_peer_wants(M_SINGLE, w))
+				rc = kb_peer_run(p, M_SINGLE, w, g_opt.seconds,
+				                 &g_res.peer[p][M_SINGLE][w]);
 	for (int p = 0; p < NPEER; p++)
 		rc = kb_peer_close(p, rc);
 	return rc;

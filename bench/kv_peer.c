@@ -677,8 +677,7 @@ static int peer_unloaded(int which, int port, struct pjob *j)
 /* A started and loaded peer: kb_peer_open to kb_peer_close. */
 struct peer_run {
 	struct peer p;
-	unsigned nt;
-	struct pjob jobs[MAXM];
+	struct pjob jobs[MAXM]; /* one a client thread: --machines */
 };
 static struct peer_run peers[NPEER];
 
@@ -705,11 +704,10 @@ int kb_peer_open(int which, const char *tmp)
 		peer_stop(&r->p);
 		return rc;
 	}
-	r->nt = g_opt.machines;
-	for (unsigned i = 0; i < r->nt && !rc; i++) {
+	for (unsigned i = 0; i < g_opt.machines && !rc; i++) {
 		r->jobs[i] = (struct pjob){.which = which,
 		                           .tid = i,
-		                           .nthreads = r->nt,
+		                           .nthreads = g_opt.machines,
 		                           .port = r->p.port,
 		                           .nkeys = g_opt.keys,
 		                           .samp = malloc(SAMP_MAX * 8)};
@@ -718,7 +716,7 @@ int kb_peer_open(int which, const char *tmp)
 	}
 	uint64_t t0 = bu_now_ns();
 	if (!rc)
-		rc = peer_threads(r->jobs, r->nt, peer_load_thread);
+		rc = peer_threads(r->jobs, g_opt.machines, peer_load_thread);
 	double ls = (double)(bu_now_ns() - t0) / 1e9;
 	g_res.peer_load_s[which] = ls;
 	if (rc) {
@@ -750,7 +748,7 @@ static void peer_sum(const struct peer_run *r, double wall, uint64_t s0,
 	f->cores = (double)(bu_proc_cpu_ns(r->p.pid) - s0) / wall;
 	f->client_cores = (double)(bu_self_cpu_ns() - k0) / wall;
 	size_t ns = 0;
-	for (unsigned i = 0; i < r->nt; i++) {
+	for (unsigned i = 0; i < g_opt.machines; i++) {
 		const struct pjob *j = &r->jobs[i];
 		double s = (double)j->ns / 1e9;
 		if (s <= 0)
@@ -775,12 +773,12 @@ static int peer_run_for(int which, int mode, int w, double secs, struct fig *f)
 	struct peer_run *r = &peers[which];
 	uint64_t dur = (uint64_t)(secs * 1e9);
 	uint64_t go = bu_now_ns() + 20000000ull + dur / 10;
-	for (unsigned i = 0; i < r->nt; i++)
+	for (unsigned i = 0; i < g_opt.machines; i++)
 		r->jobs[i] = (struct pjob){.which = which,
 		                           .mode = mode,
 		                           .wl = w,
 		                           .tid = i,
-		                           .nthreads = r->nt,
+		                           .nthreads = g_opt.machines,
 		                           .port = r->p.port,
 		                           .nkeys = g_opt.keys,
 		                           .zetan = g_sh->zeta_n,
@@ -790,7 +788,7 @@ static int peer_run_for(int which, int mode, int w, double secs, struct fig *f)
 		                           .samp = r->jobs[i].samp};
 	uint64_t s0 = bu_proc_cpu_ns(r->p.pid), k0 = bu_self_cpu_ns(),
 	         t0 = bu_now_ns();
-	int rc = peer_threads(r->jobs, r->nt, peer_run_thread);
+	int rc = peer_threads(r->jobs, g_opt.machines, peer_run_thread);
 	if (rc) {
 		fprintf(stderr, PROG ": %s %s %s: %s\n", pname[which],
 		        mname[mode], g_wdesc[w].key, strerror(-rc));

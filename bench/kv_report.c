@@ -344,7 +344,7 @@ static void jhead(double rpl)
 static void jpeers(void)
 {
 	/* Each pipelined run just after the farm's of the same workload
-	 * (kv_bench.c's peers_run). */
+	 * (kv_bench.c's run_rounds). */
 	printf("}, \"peers\": {\"pipelined_after_farm_each\": true, ");
 	for (int p = 0; p < NPEER; p++) {
 		printf("\"%s\": {\"ok\": %s, \"server_cores\": 1, \"load_s\": "
