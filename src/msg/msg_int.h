@@ -231,9 +231,10 @@ struct call {
 	uint64_t id; /* 0: free */
 	farm_rpc_fn cont;
 	void *ctx;
-	/* A call made inside a pass holds CALL_UNSTAMPED | its timeout
-	 * until the pass has posted its WRITEs (farm_msg_stamp_calls), so
-	 * the clock read is not between a reply and the next request. */
+	/* A new call holds CALL_UNSTAMPED | its timeout until its loop's
+	 * next scan (farm_msg_scan_calls: every SCAN_EVERY busy passes, and
+	 * every idle one) starts its clock: a timeout runs from at most
+	 * that many passes after the call. */
 	uint64_t deadline;
 	uint32_t machine;
 	uint32_t next_free;
@@ -292,7 +293,6 @@ struct farm_loop {
 	 * took a malloc and a free each. */
 	struct inbox_item *free_items;
 	unsigned nfree_items;
-	bool unstamped;     /* calls made in this pass await their deadline */
 	bool hand_back_due; /* a ring consumed an eighth: farm_msg_hand_back_due
 	                       after the flush */
 	/* farm_msg_reply_begin's open reply (RB_*): staged in a send mirror
@@ -403,7 +403,6 @@ void farm_msg_reply_forgotten(farm_loop *loop);
 void farm_msg_call_done(farm_loop *loop, uint32_t i, int status,
                         const void *reply, uint32_t len);
 int farm_msg_scan_calls(farm_loop *loop, uint64_t now);
-void farm_msg_stamp_calls(farm_loop *loop);
 
 /* msg_loop.c and msg_reads.c: one-sided operations. */
 /* @op's endpoint for one-sided operations, made ready (msg_loop.c). */

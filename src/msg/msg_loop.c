@@ -639,8 +639,6 @@ int farm_loop_poll(farm_loop *loop)
 		got += farm_msg_scan_calls(loop, farm_now_ns());
 	if (loop->ndirty)
 		farm_loop_flush(loop);
-	if (loop->unstamped)
-		farm_msg_stamp_calls(loop);
 	if (loop->hand_back_due)
 		farm_msg_hand_back_due(loop);
 	if (loop->npend_peers)

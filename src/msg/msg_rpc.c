@@ -73,14 +73,10 @@ int farm_msg_call(farm_loop *loop, uint32_t machine, unsigned thread,
 	c->machine = machine;
 	uint64_t t = timeout_ns ? FARM_MIN(timeout_ns, CALL_UNSTAMPED - 1)
 	                        : DEFAULT_TIMEOUT_NS;
-	if (loop->polling) {
-		/* Stamped at the end of this pass, after the request is
-		 * posted (the pass's end is when it leaves anyway). */
-		c->deadline = CALL_UNSTAMPED | t;
-		loop->unstamped = true;
-	} else {
-		c->deadline = farm_now_ns() + t;
-	}
+	/* Its deadline is stamped at the loop's next scan of its calls
+	 * (farm_msg_scan_calls): one clock read for every call since the
+	 * last scan, not one a call (2% of YCSB-A's CPU) or a pass (1%). */
+	c->deadline = CALL_UNSTAMPED | t;
 	c->prev = NIL;
 	c->next = loop->active;
 	if (c->next != NIL)
@@ -190,21 +186,6 @@ void farm_msg_reply_forgotten(farm_loop *loop)
 		          farm_strerror(rc));
 }
 
-/* Give the calls made in this pass their deadlines. New calls are linked
- * at the head of the active list and all are stamped at once, so the
- * unstamped ones are the list's first. */
-void farm_msg_stamp_calls(farm_loop *loop)
-{
-	uint64_t now = farm_now_ns();
-	for (uint32_t i = loop->active; i != NIL; i = loop->calls[i].next) {
-		struct call *c = &loop->calls[i];
-		if (!(c->deadline & CALL_UNSTAMPED))
-			break;
-		c->deadline = now + (c->deadline & ~CALL_UNSTAMPED);
-	}
-	loop->unstamped = false;
-}
-
 /* Is machine @m removed (farm_msg_peer_min_config UINT32_MAX)? Its
  * frames are refused, so no reply of its can complete a call: a call to
  * it ends now, as a new one fails at once (farm_msg_send_wire), not at
@@ -221,7 +202,8 @@ static bool call_to_removed(const farm_msg *msg, uint32_t m)
 	       UINT32_MAX;
 }
 
-/* Fail calls that timed out, whose peer died or was removed. */
+/* Fail calls that timed out, whose peer died or was removed; start the
+ * clock of those made since the last scan. */
 int farm_msg_scan_calls(farm_loop *loop, uint64_t now)
 {
 	int n = 0;
@@ -239,7 +221,9 @@ int farm_msg_scan_calls(farm_loop *loop, uint64_t now)
 				st = FARM_EPEERDEAD;
 			}
 		}
-		if (!st && now >= c->deadline)
+		if (!st && (c->deadline & CALL_UNSTAMPED))
+			c->deadline = now + (c->deadline & ~CALL_UNSTAMPED);
+		else if (!st && now >= c->deadline)
 			st = -ETIMEDOUT;
 		if (st) {
 			farm_stat_add_owned(
