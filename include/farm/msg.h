@@ -301,8 +301,10 @@ typedef void (*farm_rpc_fn)(farm_loop *loop, void *ctx, int status,
                             const void *reply, uint32_t len);
 
 /*
- * farm_msg_call() - request/response. @timeout_ns 0: 1 s. @cont runs
- * exactly once, on this loop, unless this returns an error (then never).
+ * farm_msg_call() - request/response. @timeout_ns 0: 1 s, counted from
+ * the loop's next check of its calls (every 256 busy passes, every idle
+ * one), not read here. @cont runs exactly once, on this loop, unless
+ * this returns an error (then never).
  * Errors as farm_msg_send, plus -EAGAIN when max_calls are outstanding.
  */
 FARM_API FARM_MUST_CHECK int farm_msg_call(farm_loop *loop, uint32_t machine,
