@@ -247,6 +247,8 @@ static inline int obj_read_lines(const uint8_t *p, unsigned lines,
 		uint32_t n = FARM_MIN(size - done, OBJ_LINE_DATA);
 		obj_copy_line(out + done, q + 2, n);
 		done += n;
+		/* As line 0's: pairs with the release fence after the
+		 * install's store of the lock value (obj_install_locked). */
 		atomic_thread_fence(memory_order_acquire);
 		if (atomic_load_explicit(lw, memory_order_relaxed) != a)
 			return -EAGAIN;
@@ -356,18 +358,21 @@ static inline void obj_install_locked(uint8_t *obj, unsigned lines,
 		        (_Atomic uint16_t *)(void *)(obj + 64u * l), lv,
 		        memory_order_relaxed);
 	/* Release fence: the locked header and old line versions before the
-	 * data. It pairs with the reader's copy, not with a fence: a one-sided
-	 * READ (or shm's copy, fabric/shm_data.c) copies the object, and
-	 * obj_check refuses a copy whose line versions disagree with its
-	 * header, so a copy that saw new data under old versions retries. */
+	 * data. It pairs with the reader's copy: the acquire fence that
+	 * follows each line's copy in obj_read_lines, or a one-sided READ (or
+	 * shm's copy, fabric/shm_data.c), whose copy obj_check refuses when
+	 * its line versions disagree with its header, so a copy that saw new
+	 * data under old versions retries. */
 	atomic_thread_fence(memory_order_release);
 	memcpy(obj + FARM_OBJHDR_SIZE, img + FARM_OBJHDR_SIZE,
 	       64 - FARM_OBJHDR_SIZE);
 	for (unsigned l = 1; l < lines; l++)
 		memcpy(obj + 64u * l + 2, img + 64u * l + 2, 62);
 	farm_store_fence();
-	/* Release fence: the data before the new line versions (pairs, as
-	 * the one above, with the reader's copy checked by obj_check). */
+	/* Release fence: the data before the new line versions. This one
+	 * pairs with the reader's acquire load of a line's version
+	 * (obj_read_lines: one that sees the new version sees the new data),
+	 * or with a copy checked by obj_check, as the one above. */
 	atomic_thread_fence(memory_order_release);
 	for (unsigned l = 1; l < lines; l++)
 		atomic_store_explicit(

@@ -343,6 +343,9 @@ bool farm_txn_copy_apply(uint8_t *p, unsigned lines, const uint8_t *img,
 		for (unsigned spins = 0;; spins++) {
 			if ((cur & ~OBJ_LOCK_MASK) >= nv && cur)
 				return false;
+			/* Pairs with the release store of the version by
+			 * the install before ours, as the load above does
+			 * (the end of this function, obj_install). */
 			if (!(cur & OBJ_LOCK_MASK) &&
 			    atomic_compare_exchange_weak_explicit(
 			            hv, &cur, cur | OBJ_LOCK_EXCL,
@@ -350,6 +353,7 @@ bool farm_txn_copy_apply(uint8_t *p, unsigned lines, const uint8_t *img,
 				break;
 			if (spins > 64)
 				sched_yield();
+			/* Pairs with the same release stores. */
 			cur = atomic_load_explicit(hv, memory_order_acquire);
 		}
 	} else if ((cur & ~OBJ_LOCK_MASK) >= nv && (cur & ~OBJ_LOCK_MASK)) {
@@ -644,8 +648,12 @@ bool farm_txn_pending(farm_loop *loop, void *ctx)
 		uint64_t li = log_index(m, c, tl->t);
 		const uint8_t *ring = m->logbase + log_ring_off(m, li);
 		uint64_t off = log_pos(m, tl->r[c].head);
-		/* Acquire: pairs, as the record reads below, with the
-		 * coordinator's WRITE of the record (log.c). */
+		/* The record's first word, as poll_log reads it. No
+		 * release store pairs with this acquire: a WRITE stores
+		 * the first word relaxed (write_ordered,
+		 * fabric/shm_data.c), and only whether it is zero is
+		 * read here; poll_log reads the record after its
+		 * trailer. */
 		if (atomic_load_explicit(
 		            (_Atomic uint32_t *)(void *)(ring + off),
 		            memory_order_acquire))

@@ -539,14 +539,18 @@ int farm_txm_forget_peer(farm_txm *m, farm_loop *loop, uint32_t id)
 	pthread_mutex_unlock(&m->rec.lock);
 	if (rd->next_inc <= rd->inc)
 		return 0; /* not a new holder: nothing to reopen */
-	bool empty =
-	        rd->head == 0 &&
-	        !atomic_load_explicit(
-	                (_Atomic uint32_t *)(void *)(m->logbase +
-	                                             log_ring_off(
-	                                                     m, log_index(m, id,
-	                                                                  t))),
-	                memory_order_acquire);
+	_Atomic uint32_t *first =
+	        (_Atomic uint32_t *)(void *)(m->logbase +
+	                                     log_ring_off(m,
+	                                                  log_index(m, id, t)));
+	/* The first word of the record at the log's start. No release
+	 * store pairs with this acquire: a WRITE stores a record's first
+	 * word relaxed (write_ordered, fabric/shm_data.c), records are
+	 * zeroed on this loop's thread (truncate_to, recovery's emptying,
+	 * farm_txn_log_reopen), and only whether the word is zero matters
+	 * here: nothing is read after it. */
+	bool empty = rd->head == 0 &&
+	             !atomic_load_explicit(first, memory_order_acquire);
 	/* An empty log of a removed holder that no round emptied: voted
 	 * as emptied in later rounds, for the survivors still at it. */
 	if (empty && !rd->rec_done && removed)

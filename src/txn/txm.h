@@ -133,7 +133,9 @@ static inline bool farm_txm_lease_held(_Atomic uint64_t *w)
 {
 	/* Orders the caller's copy before the clock read (the vDSO's clock
 	 * is not formally ordered after earlier loads on every CPU) and
-	 * before the first load of the word. */
+	 * before the first load of the word. No release pairs with this
+	 * fence: it is here for that order, not to synchronize (the
+	 * word's loads below have their partner, recovery/lease.c). */
 	atomic_thread_fence(memory_order_acquire);
 	if (!w)
 		return true;
