@@ -272,15 +272,16 @@ struct farm_blockalloc {
 };
 
 /* Region lookup by id; lock-free (entries are published with release, in
- * region_publish, which the acquire load below pairs with, and never
- * removed while the allocator lives). A retired region stays in the
- * table as a tombstone and is skipped: a later region of the same id
- * (re-adopted) sits further along the same probe chain. */
+ * region_publish, and never removed while the allocator lives). A retired
+ * region stays in the table as a tombstone and is skipped: a later region of
+ * the same id (re-adopted) sits further along the same probe chain. */
 static inline struct ba_region *ba_lookup(farm_blockalloc *ba, uint32_t id)
 {
 	uint32_t i = (id * 0x9e3779b1u) >> (32 - RTAB_BITS);
 	for (uint32_t n = 0; n < RTAB_SIZE;
 	     n++, i = (i + 1) & (RTAB_SIZE - 1)) {
+		/* Pairs with the release store of the entry in
+		 * region_publish (block.c). */
 		struct ba_region *r = atomic_load_explicit(
 		        &ba->rtab[i], memory_order_acquire);
 		if (!r)

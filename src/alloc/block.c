@@ -147,6 +147,9 @@ static void region_publish(farm_blockalloc *ba, struct ba_region *r)
 	atomic_store_explicit(&ba->rtab[i], r, memory_order_release);
 	uint32_t n = atomic_load_explicit(&ba->nregions, memory_order_relaxed);
 	ba->regions[n] = r;
+	/* Pairs with the acquire loads of nregions in the region walks
+	 * (farm_alloc_gaddr_of, farm_blockalloc_destroy, farm_blockalloc_dump
+	 * in block_dump.c). */
 	atomic_store_explicit(&ba->nregions, n + 1, memory_order_release);
 	ba->blocks_total += r->nblocks;
 	if (!ba->cur_region)
@@ -338,13 +341,14 @@ uint64_t farm_blockalloc_reclaim(farm_blockalloc *ba, uint64_t mark)
 	return n;
 }
 
-/* Write a run's words: continuations first, then the head (release: pairs
- * with the acquire loads of the table in farm_alloc_walk, conts_ok and
- * the rebuild, which find the continuations written once they see the
- * head). */
+/* Write a run's words: continuations first, then the head (release: a
+ * reader that sees the head finds the continuations written). */
 void farm_ba_write_run(struct ba_region *r, uint32_t bidx, uint32_t nmb,
                        uint64_t head)
 {
+	/* The stores pair with the acquire loads of the table words:
+	 * rebuild_table, conts_ok, walk_table (walk.c), farm_blockalloc_dump
+	 * (block_dump.c), large_array_free (slab_array.c). */
 	for (uint32_t i = 1; i < nmb; i++)
 		atomic_store_explicit(&r->table[bidx + i], bt_cont(bidx),
 		                      memory_order_release);
@@ -432,15 +436,19 @@ int farm_blockalloc_retire_region(farm_blockalloc *ba, uint32_t id)
 		return -ENOENT;
 	}
 	/* Flag the region and every slab block of it (release: pairs with
-	 * the acquire of region_gen in slab_sync; the relaxed loads on the
-	 * hot paths rely on coherence, which orders them after this for
-	 * any call that starts after we return). */
+	 * the acquire load of the flag in farm_slab_find_slot_stale, slab.c;
+	 * slab_sync sees the flags by the bump of region_gen below; the
+	 * relaxed loads on the hot paths rely on coherence, which orders
+	 * them after this for any call that starts after we return). */
 	atomic_store_explicit(&r->retired, true, memory_order_release);
 	uint64_t in_use = 0, runs = 0;
 	for (uint32_t i = 0; i < r->nblocks; i++) {
 		struct farm_block *b =
 		        atomic_load_explicit(&r->meta[i], memory_order_relaxed);
-		if (b && b->bidx == i) /* release: as r->retired above */
+		/* Release, as r->retired above, though no load of this flag
+		 * pairs with it: the slabs read it relaxed, and what orders
+		 * it for them is the bump of region_gen below (slab_sync). */
+		if (b && b->bidx == i)
 			atomic_store_explicit(&b->retired, 1,
 			                      memory_order_release);
 		/* Read while the memory is still the caller's, for the

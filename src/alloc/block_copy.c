@@ -101,6 +101,8 @@ static bool copy_note_region_ok(const struct farm_alloc_region *copy,
 static int copy_header_check(_Atomic uint64_t *hw, const uint64_t *ww,
                              unsigned nw, uint64_t *magic)
 {
+	/* Pairs with the magic's CAS in copy_header_write (word_claim), after
+	 * the header's other words, or add_region_locked's release store. */
 	*magic = atomic_load_explicit(&hw[0], memory_order_acquire);
 	if (*magic != 0 && *magic != FARM_ALLOC_MAGIC)
 		return FARM_ECORRUPT;
@@ -121,6 +123,7 @@ static int copy_run_check(_Atomic uint64_t *table, uint32_t head, unsigned mb,
 {
 	int all_there = 1;
 	for (uint32_t i = 0; i < mb; i++) {
+		/* Pairs with word_claim's CAS in copy_run_write. */
 		uint64_t have = atomic_load_explicit(&table[head + i],
 		                                     memory_order_acquire);
 		if (have && !(i ? have == bt_cont(head) : same_slab(have, hv)))

@@ -138,6 +138,7 @@ int farm_blockalloc_dump(farm_blockalloc *ba, FILE *f)
 				continue;
 			fprintf(f, "  block %u word %016llx\n", i,
 			        (unsigned long long)w);
+			/* Pairs with the release store of meta_publish. */
 			struct farm_block *b = atomic_load_explicit(
 			        &r->meta[i], memory_order_acquire);
 			if (bt_type(w) == BT_SLAB) {

@@ -149,6 +149,8 @@ static int free_mark_first(farm_galloc *g, farm_slab *slab, farm_gaddr a,
 		                          memory_order_relaxed);
 	FARM_FAULT_POINT(FARM_FP_ALLOC_FREED_MARKED);
 	int f = farm_slab_free(slab, a);
+	/* The unlock, as farm_slab_free_unlock's: pairs with the acquire
+	 * loads of the version word (farm_objhdr_load_version). */
 	if (!f && v)
 		atomic_store_explicit(v, then, memory_order_release);
 	return f;

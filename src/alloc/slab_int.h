@@ -75,6 +75,8 @@ static inline int slot_claim(char *p, unsigned lines, uint64_t mark)
 		return FARM_ECORRUPT;
 	if (mark)
 		hdr_mark(h, mark);
+	/* Pairs with the acquire load and CAS of the incarnation in hdr_free
+	 * and with readers' farm_objhdr_load_incarn (objhdr.h). */
 	atomic_store_explicit(&h->incarn, farm_incarn_claimed(w, lines),
 	                      memory_order_release);
 	return 0;
@@ -139,6 +141,7 @@ static inline void slot_release(farm_slab *s, struct farm_block *b, char *p)
 	char *h = atomic_load_explicit(&b->remote_head, memory_order_relaxed);
 	for (;;) {
 		slot_set_link(p, h);
+		/* Pairs with the acquire exchange in block_drain (slab.c). */
 		if (atomic_compare_exchange_weak_explicit(
 		            &b->remote_head, &h, p, memory_order_release,
 		            memory_order_relaxed))
@@ -204,6 +207,9 @@ static inline int hdr_free(char *p)
 {
 	struct farm_objhdr *h = (struct farm_objhdr *)p;
 	uint64_t w = atomic_load_explicit(&h->incarn, memory_order_acquire);
+	/* The CAS: its acquire pairs with the release store of slot_claim
+	 * (or a racing free's CAS), its release with readers'
+	 * farm_objhdr_load_incarn (objhdr.h). */
 	do {
 		if (FARM_UNLIKELY(!farm_incarn_allocated(w)))
 			return -ENOENT;
