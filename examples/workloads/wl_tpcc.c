@@ -68,8 +68,8 @@ int tpcc_bt(struct wl_machine *m, farm_loop *loop, uint64_t w, enum tpcc_tree k,
 	if (!t || w < 1 || w > t->nw)
 		return -EINVAL;
 	farm_bt *_Atomic *slot = &t->t[w * 4 + k];
-	/* Acquire pairs with the release of the compare-exchange below:
-	 * a handle seen is fully made. */
+	/* Acquire pairs with the release of the compare-exchange below and
+	 * of the owner's store in trees_make: a handle seen is fully made. */
 	farm_bt *h = atomic_load_explicit(slot, memory_order_acquire);
 	if (h) {
 		*out = h;
@@ -82,6 +82,9 @@ int tpcc_bt(struct wl_machine *m, farm_loop *loop, uint64_t w, enum tpcc_tree k,
 	if (rc)
 		return rc;
 	farm_bt *none = NULL;
+	/* Release pairs with the acquire load above (and this CAS on
+	 * another loop); acquire, on failure, with the release that stored
+	 * the handle found (this CAS elsewhere, trees_make). */
 	if (!atomic_compare_exchange_strong_explicit(slot, &none, h,
 	                                             memory_order_acq_rel,
 	                                             memory_order_acquire)) {
@@ -101,6 +104,7 @@ static int trees_make(struct wl_machine *m, farm_loop *loop, uint64_t w)
 		int rc = tree_get(m, loop, w, (enum tpcc_tree)k, true, &h);
 		if (rc)
 			return rc;
+		/* Pairs with the acquire load and CAS in tpcc_bt. */
 		atomic_store_explicit(&t->t[w * 4 + k], h,
 		                      memory_order_release);
 	}

@@ -80,7 +80,8 @@ int farm_as_resolve_slow(farm_as *as, struct farm_as_rcache *c, farm_gaddr a,
 		c->region_size = as->region_size;
 		c->as = as;
 	}
-	/* Acquire: as the hit path's (addrspace.h). */
+	/* Acquire, as the hit path's (addrspace.h): pairs with the release
+	 * bump of gen in as_wrlock (as_int.h). */
 	uint64_t g = atomic_load_explicit(&as->gen, memory_order_acquire);
 	const struct farm_as_rcache_ent *e =
 	        farm_as_rcache_hit(c, g, farm_gaddr_region(a));

@@ -116,8 +116,9 @@ static inline void tell_local(farm_as *as, uint32_t id, farm_region *r,
 static inline void as_wrlock(farm_as *as)
 {
 	pthread_rwlock_wrlock(&as->lock);
-	/* Release: pairs with the acquire load of gen in
-	 * farm_as_resolve_cached, whose cached entries it invalidates. */
+	/* Release: pairs with the acquire loads of gen in
+	 * farm_as_resolve_cached, farm_as_resolve_slow and region_answer,
+	 * whose cached entries it invalidates. */
 	atomic_fetch_add_explicit(&as->gen, 1, memory_order_release);
 }
 

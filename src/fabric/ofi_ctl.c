@@ -448,7 +448,9 @@ void farm_ofi_mr_dereg(farm_mr *mr)
 			*p = m->next;
 			break;
 		}
-	if (f->validate) { /* release: as in farm_ofi_mr_reg (fetch_table) */
+	if (f->validate) {
+		/* Release, as in farm_ofi_mr_reg: pairs with the peers' READ
+		 * of the table (fetch_table). */
 		unsigned slot = mr->desc.key & (OFI_TABLE_N - 1);
 		__atomic_store_n(&f->table[slot].key, 0, __ATOMIC_RELEASE);
 		farm_ofi_holders_dereg(f, slot);

@@ -90,9 +90,14 @@ static void write_piece(uint8_t *dst, const uint8_t *src, size_t len,
 		memcpy(dst, src, body);
 	}
 	if (((uintptr_t)(dst + body) & 7) == 0) {
+		/* Pairs with the reader's acquire load of the last word
+		 * (wire_load in msg/wire.h, poll_log in txn/participant.c). */
 		atomic_store_explicit((_Atomic uint64_t *)(dst + body), last,
 		                      memory_order_release);
 	} else {
+		/* The same order for a last word that is not aligned. No
+		 * acquire load pairs with it: the words readers poll (ring
+		 * frames, log records) are aligned. */
 		atomic_thread_fence(memory_order_release);
 		memcpy(dst + body, &last, 8);
 	}

@@ -303,19 +303,21 @@ int farm_ht_pair_get_in(const farm_ht *h, const uint8_t *pair, unsigned lo,
 {
 	unsigned L = h->bucket_lines;
 	/* The headers of the buckets searched, before any slot is read: the
-	 * one of the slot found is what its lines are checked against. Pairs
-	 * with the install's release store of the header's new version
-	 * (obj_install). */
+	 * one of the slot found is what its lines are checked against. */
 	const _Atomic uint64_t *h0 =
 	        (const _Atomic uint64_t *)(const void *)pair;
 	const _Atomic uint64_t *h1 =
 	        (const _Atomic uint64_t *)(const void *)(pair + 64u * L);
 	uint64_t v0 = 0, w0 = 0, v1 = 0, w1 = 0;
 	if (lo < h->spb) {
+		/* Pairs with the install's release store of the header's
+		 * new version (obj_install, txn/object.h). */
 		v0 = atomic_load_explicit(h0, memory_order_acquire);
 		w0 = atomic_load_explicit(h0 + 1, memory_order_relaxed);
 	}
 	if (hi > h->spb) {
+		/* Pairs with obj_install's release store of this bucket's
+		 * header, as v0's load does. */
 		v1 = atomic_load_explicit(h1, memory_order_acquire);
 		w1 = atomic_load_explicit(h1 + 1, memory_order_relaxed);
 	}

@@ -364,7 +364,8 @@ int farm_msg_replace_peer(farm_msg *msg, uint32_t id, const char *addr,
 	 * (farm_loop_forget_peer makes it reconnect). */
 	snprintf(p->addr, sizeof(p->addr), "%s", addr);
 	p->desc = *desc;
-	/* Pairs as in farm_msg_add_peer. */
+	/* Pairs with the acquires of ready in farm_msg_refresh_peers,
+	 * farm_msg_peer_ep and the probe, as in farm_msg_add_peer. */
 	atomic_store_explicit(&p->ready, 1, memory_order_release);
 	atomic_fetch_add(&msg->peer_gen, 1);
 	pthread_mutex_unlock(&msg->lock);

@@ -44,6 +44,10 @@ static inline void farm_store_fence(void)
 #if defined(__x86_64__) || defined(__i386__)
 	__builtin_ia32_sfence();
 #else
+	/* Pairs with the acquire load of what the caller stores next: the
+	 * last word of a WRITE (write_ordered, fabric/shm_data.c), read by
+	 * wire_load and the log scans; an object header after its body
+	 * (obj_install, farm_txn_copy_apply), read by lock-free reads. */
 	atomic_thread_fence(memory_order_release);
 #endif
 }

@@ -21,7 +21,8 @@ int farm_fault_set(enum farm_fault_point fp, farm_fault_fn fn, void *arg)
 	if (!farm_fault_built())
 		return -ENOTSUP;
 	/* The argument first: a point that sees the new hook sees its
-	 * argument (release pairs with the acquire in farm_fault_hit). */
+	 * argument (release: pairs with the acquire loads of the hook in
+	 * farm_fault_hit and farm_fault_switch, fault.h). */
 	atomic_store_explicit(&farm_fault_slots[fp].arg, arg,
 	                      memory_order_relaxed);
 	atomic_store_explicit(&farm_fault_slots[fp].fn, fn,

@@ -611,11 +611,11 @@ int farm_fault_set(enum farm_fault_point fp, farm_fault_fn fn, void *arg);
 int farm_fault_built(void);
 
 #ifdef FARM_FAULT_INJECTION
-/* The acquire loads of a slot's hook (here and in farm_fault_switch) pair
- * with the release store of the hook in farm_fault_set (fault.c), which
- * writes the argument first. */
+/* A point that sees a hook sees its argument: farm_fault_set (fault.c)
+ * stores the argument before the hook. */
 static inline void farm_fault_hit(enum farm_fault_point fp)
 {
+	/* Pairs with the release store of the hook in farm_fault_set. */
 	farm_fault_fn fn = atomic_load_explicit(&farm_fault_slots[fp].fn,
 	                                        memory_order_acquire);
 	if (__builtin_expect(fn != NULL, 0))
@@ -625,6 +625,7 @@ static inline void farm_fault_hit(enum farm_fault_point fp)
 /* A switch point: true while a hook is set (which is called first). */
 static inline int farm_fault_switch(enum farm_fault_point fp)
 {
+	/* Pairs with the release store of the hook in farm_fault_set. */
 	farm_fault_fn fn = atomic_load_explicit(&farm_fault_slots[fp].fn,
 	                                        memory_order_acquire);
 	if (__builtin_expect(fn == NULL, 1))
