@@ -12,8 +12,9 @@
 # fault campaign), make reuse (500 kill-and-replace cycles, ids reused),
 # make scale (a 128-machine cluster forms, commits, loses two machines
 # and recovers; minutes, 10 GiB),
-# make lint (cppcheck, function sizes), make proofs (each
-# test-only switch that breaks the code, caught by its test), make clean.
+# make lint (cppcheck, acquire/release partners, function sizes), make
+# proofs (each test-only switch that breaks the code, caught by its
+# test), make clean.
 BUILD ?= build
 ASAN_BUILD ?= build-asan
 TSAN_BUILD ?= build-tsan
@@ -113,12 +114,15 @@ bench: build
 
 # Static analysis of the library (cppcheck): clean, or it fails. A finding
 # that is wrong is suppressed where it stands (// cppcheck-suppress ID)
-# with the reason beside it. Then the function-size report (pmccabe):
+# with the reason beside it. Then scripts/lint-pairs: every acquire and
+# release in src/ and examples/ names its partner in a comment ("pairs
+# with ..."), or it fails. Then the function-size report (pmccabe):
 # functions over 150 lines or cyclomatic complexity 25, for information
 # (the library's, then the rest's).
 lint: deps
 	cppcheck -q -j$(JOBS) --error-exitcode=1 --std=c11 --inline-suppr \
 	    --enable=warning,performance,portability -I include -I src src/
+	scripts/lint-pairs
 	@pmccabe $$(find src -name '*.c') | \
 	    awk '$$5 > 150 || $$1 > 25 {n++} END {printf "lint: %d of %d functions over 150 lines or complexity 25\n", n, NR}'
 	@pmccabe $$(find examples bench tests -name '*.c') | \
