@@ -359,6 +359,13 @@ bool farm_txn_copy_apply(uint8_t *p, unsigned lines, const uint8_t *img,
 	} else if ((cur & ~OBJ_LOCK_MASK) >= nv && (cur & ~OBJ_LOCK_MASK)) {
 		return false;
 	}
+	/* The locked header before the body, as in obj_install_locked:
+	 * an acq_rel CAS does not order the stores after it (on ARMv8 the
+	 * body could be seen before the lock). Pairs with a reader's
+	 * acquire fence after its copy (obj_read_lines), whose second
+	 * look at the header then sees the lock. Free on x86. */
+	if (!held)
+		atomic_thread_fence(memory_order_release);
 	/* The incarnation word and the body, then the version (unlocked
 	 * unless recovery still holds it). */
 	memcpy(p + 8, img + 8, 64ull * lines - 8);
