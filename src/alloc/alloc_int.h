@@ -272,16 +272,17 @@ struct farm_blockalloc {
 };
 
 /* Region lookup by id; lock-free (entries are published with release, in
- * region_publish, and never removed while the allocator lives). A retired
- * region stays in the table as a tombstone and is skipped: a later region of
- * the same id (re-adopted) sits further along the same probe chain. */
+ * farm_ba_region_publish, and never removed while the allocator lives). A
+ * retired region stays in the table as a tombstone and is skipped: a later
+ * region of the same id (re-adopted) sits further along the same probe chain.
+ */
 static inline struct ba_region *ba_lookup(farm_blockalloc *ba, uint32_t id)
 {
 	uint32_t i = (id * 0x9e3779b1u) >> (32 - RTAB_BITS);
 	for (uint32_t n = 0; n < RTAB_SIZE;
 	     n++, i = (i + 1) & (RTAB_SIZE - 1)) {
 		/* Pairs with the release store of the entry in
-		 * region_publish (block.c). */
+		 * farm_ba_region_publish (block.c). */
 		struct ba_region *r = atomic_load_explicit(
 		        &ba->rtab[i], memory_order_acquire);
 		if (!r)
@@ -324,9 +325,23 @@ FARM_INTERNAL void farm_ba_retire_locked(farm_blockalloc *ba,
 FARM_INTERNAL void farm_ba_write_run(struct ba_region *r, uint32_t bidx,
                                      uint32_t nmb, uint64_t head);
 
+/* block.c, shared with the rebuild (block_rebuild.c): a region's checks,
+ * its making, its publication (under ba->lock), a slab block's metadata
+ * and its publication, and the freeing of a region's metadata. */
+FARM_INTERNAL int farm_ba_check_region_arg(farm_blockalloc *ba,
+                                           const struct farm_alloc_region *r);
+FARM_INTERNAL struct ba_region *
+farm_ba_region_new(const struct farm_alloc_region *ar);
+FARM_INTERNAL void farm_ba_region_publish(farm_blockalloc *ba,
+                                          struct ba_region *r);
+FARM_INTERNAL struct farm_block *
+farm_ba_block_meta_new(struct ba_region *r, uint32_t bidx, unsigned cls);
+FARM_INTERNAL void farm_ba_meta_publish(struct farm_block *b);
+FARM_INTERNAL void farm_ba_free_metas(struct ba_region *r);
+
 /* ---- reading a region's file (walk.c) ------------------------------------
- * A restart reads its copies' headers by pread (walk.c, block.c). Headers
- * of slots at most ALLOC_FREAD_DENSE bytes apart come in windows of
+ * A restart reads its copies' headers by pread (walk.c, block_rebuild.c).
+ * Headers of slots at most ALLOC_FREAD_DENSE bytes apart come in windows of
  * ALLOC_FREAD_WIN bytes, one pread for many (a pread per 64-byte slot cost
  * more than the page faults it replaced); sparser ones are read alone (a
  * window would read mostly object bodies). */

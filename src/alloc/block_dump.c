@@ -111,7 +111,7 @@ int farm_blockalloc_dump(farm_blockalloc *ba, FILE *f)
 	if (!ba || !f)
 		return -EINVAL;
 	pthread_mutex_lock(&ba->lock);
-	/* Acquire: pairs with the release store of region_publish. */
+	/* Acquire: pairs with the release store of farm_ba_region_publish. */
 	uint32_t n = atomic_load_explicit(&ba->nregions, memory_order_acquire);
 	struct ba_region **rs = malloc((n ? n : 1) * sizeof(*rs));
 	if (!rs) {
@@ -131,14 +131,16 @@ int farm_blockalloc_dump(farm_blockalloc *ba, FILE *f)
 		fprintf(f, "region %u blocks %u\n", r->id, r->nblocks);
 		for (uint32_t i = 0; i < r->nblocks; i++) {
 			/* Acquire (table and meta): pairs with the release
-			 * stores of farm_ba_write_run and meta_publish. */
+			 * stores of farm_ba_write_run and
+			 * farm_ba_meta_publish. */
 			uint64_t w = atomic_load_explicit(&r->table[i],
 			                                  memory_order_acquire);
 			if (!w)
 				continue;
 			fprintf(f, "  block %u word %016llx\n", i,
 			        (unsigned long long)w);
-			/* Pairs with the release store of meta_publish. */
+			/* Pairs with the release store of
+			 * farm_ba_meta_publish. */
 			struct farm_block *b = atomic_load_explicit(
 			        &r->meta[i], memory_order_acquire);
 			if (bt_type(w) == BT_SLAB) {

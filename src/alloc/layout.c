@@ -51,10 +51,10 @@ int farm_alloc_block_layout(const void *meta, uint64_t meta_len,
 	case BT_RETIRED: out->kind = FARM_LAYOUT_SKIP; return 0;
 	case BT_UNUSABLE:
 		/* Data the table does not describe, kept out of allocation
-		 * by a rebuild (block.c: an adopted replica's copy of a large
-		 * array's run): committed objects may live there, so the
-		 * block is copied, its layout found from its first object
-		 * header as in a copy without a table. */
+		 * by a rebuild (block_rebuild.c: an adopted replica's copy
+		 * of a large array's run): committed objects may live there,
+		 * so the block is copied, its layout found from its first
+		 * object header as in a copy without a table. */
 		out->kind = FARM_LAYOUT_UNKNOWN;
 		out->run_len = FARM_ALLOC_BLOCK;
 		return 0;

@@ -382,7 +382,7 @@ int farm_slab_take_hinted(farm_slab *s, unsigned c, farm_gaddr hint, char **p,
 	uint32_t off = farm_gaddr_offset(hint);
 	if (off >= r->size)
 		return -EINVAL;
-	/* Acquire: pairs with the release stores of meta_publish. */
+	/* Acquire: pairs with the release stores of farm_ba_meta_publish. */
 	struct farm_block *b = atomic_load_explicit(
 	        &r->meta[off / FARM_ALLOC_BLOCK], memory_order_acquire);
 	int level = FARM_ALLOC_HINT_BLOCK;

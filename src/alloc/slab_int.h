@@ -163,7 +163,7 @@ static inline int find_in_cache(farm_slab *s, farm_gaddr a,
 	if (FARM_UNLIKELY(off >= s->rc_size))
 		return -EINVAL;
 	char *p = s->rc_base + off;
-	/* Acquire: pairs with the release stores of meta_publish. */
+	/* Acquire: pairs with the release stores of farm_ba_meta_publish. */
 	struct farm_block *b = atomic_load_explicit(
 	        &s->rc_meta[off / FARM_ALLOC_BLOCK], memory_order_acquire);
 	if (FARM_UNLIKELY(!b))
