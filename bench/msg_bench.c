@@ -92,6 +92,10 @@ struct goals64 {
 	const struct size_res *r64;
 	bool tcp_ok, ring_ok, tcp1_ok, rrr_ok;
 	double best, rr, rtt, ow, rr1, rtt_ring;
+	/* The plain ring's request/response rate over TCP's one in flight:
+	 * what rr1 against TCP could reach with messaging costing nothing
+	 * (0: not measured). */
+	double ring_rr1;
 };
 
 static struct goals64 goals64(const struct opts *o, const struct size_res *res,
@@ -118,6 +122,8 @@ static struct goals64 goals64(const struct opts *o, const struct size_res *res,
 	           r->rr1.p50_ns > 0;
 	g.rr1 = g.tcp1_ok ? r->rr1.rate / br->tcp1.rate : 0;
 	g.rtt_ring = g.rrr_ok ? br->rr.p50_ns / r->rr1.p50_ns : 0;
+	if (g.tcp1_ok && br->rr_rc == 0)
+		g.ring_rr1 = br->rr.rate / br->tcp1.rate;
 	return g;
 }
 
@@ -131,6 +137,9 @@ static void print_summary(const struct goals64 *g)
 		printf("; with 1 in flight each, %.3f M/s = %.1fx TCP (goal "
 		       "%.0fx)",
 		       r64->rr1.rate / 1e6, g->rr1, GOAL_RR1_VS_TCP1);
+	if (g->ring_rr1 > 0)
+		printf(" (the plain ring's request/response: %.1fx)",
+		       g->ring_rr1);
 	printf("; round trip p50 %.2f us (goal < %.1f us)", g->rtt,
 	       GOAL_RTT_US);
 	if (g->rrr_ok)
@@ -213,6 +222,9 @@ void print_results(const struct opts *o, const struct size_res *res,
 		print_bl("ring_rr", br->rr_rc, &br->rr, true);
 		printf("\"ring_slots\": %u", br->slots);
 	}
+	if (g.ring_rr1 > 0)
+		printf("}, \"ratios\": {\"ring_rr_vs_tcp1_64B\": %.3f",
+		       g.ring_rr1);
 	printf("}, \"goals\": {");
 	/* The goals across hosts are kv_bench's: none here. */
 	if (bnet_shm(&o->net))
